@@ -1,0 +1,176 @@
+/* muser.h — the narrow public API of Muser.
+ *
+ * A model is immutable once loaded (weights are views into the mapped
+ * file). A session is one timeline: it owns the KV cache, the position and
+ * the last logits. The CLI and the HTTP server use only this header.
+ *
+ * Errors: functions return MUSER_OK (0) or a negative muser_status; the
+ * message of the last failure on the calling thread is muser_last_error().
+ */
+#ifndef MUSER_H
+#define MUSER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MUSER_VERSION "0.1.0"
+
+typedef enum muser_status {
+    MUSER_OK = 0,
+    MUSER_EINVAL = -1,       /* bad argument or bad input data            */
+    MUSER_EIO = -2,          /* open/read/write/mmap failed               */
+    MUSER_EFORMAT = -3,      /* malformed or hostile file                 */
+    MUSER_ENOMEM = -4,       /* allocation failed                         */
+    MUSER_EUNSUPPORTED = -5, /* valid but not supported (type, arch, ...) */
+    MUSER_ERANGE = -6,       /* token id, position or size out of range   */
+    MUSER_ECONTEXT = -7,     /* the context window is full                */
+    MUSER_EBACKEND = -8,     /* backend unavailable or failed (GPU, ...)  */
+} muser_status;
+
+/* Message describing the last error on this thread ("" if none). */
+const char *muser_last_error(void);
+
+typedef int32_t muser_token;
+
+typedef struct muser_model muser_model;
+typedef struct muser_session muser_session;
+
+/* ---- models ------------------------------------------------------------ */
+
+typedef struct muser_model_info {
+    const char *arch;        /* "muse-glimmer" or "llama"                    */
+    const char *name;        /* general.name, or ""                          */
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int n_ctx_train;         /* context_length from the file                */
+    int sliding_window;      /* 0 when the model has no sliding layers       */
+    uint64_t file_bytes;
+    uint64_t weight_bytes_per_token; /* bytes of weights read per decoded token */
+} muser_model_info;
+
+int muser_model_load(const char *path, muser_model **out);
+void muser_model_free(muser_model *model);
+void muser_model_get_info(const muser_model *model, muser_model_info *info);
+
+/* ---- sessions ------------------------------------------------------------ */
+
+typedef enum muser_backend {
+    MUSER_BACKEND_AUTO = 0, /* cuda when usable, else cpu (with a notice) */
+    MUSER_BACKEND_CPU = 1,
+    MUSER_BACKEND_REF = 2,  /* float64 reference: slow, the oracle */
+    MUSER_BACKEND_CUDA = 3,
+} muser_backend;
+
+/* A lane is a named numerical contract (DESIGN.md). */
+typedef enum muser_lane {
+    MUSER_LANE_EXACT = 0, /* f32 activations into every dot product   */
+    MUSER_LANE_FAST = 1,  /* activations quantized to int8 blocks     */
+} muser_lane;
+
+typedef enum muser_kv_type {
+    MUSER_KV_F16 = 0,
+    MUSER_KV_F32 = 1,
+} muser_kv_type;
+
+typedef struct muser_session_params {
+    int n_ctx;             /* 0: min(model's n_ctx_train, 4096)             */
+    int n_batch;           /* prefill chunk; 0: 512                          */
+    int n_threads;         /* 0: number of online cores                      */
+    muser_backend backend;
+    muser_lane lane;
+    muser_kv_type kv_type;
+    int gpus;              /* CUDA: number of GPUs (0 or 1: one)             */
+} muser_session_params;
+
+muser_session_params muser_session_default_params(void);
+
+int muser_session_new(const muser_model *model, const muser_session_params *params,
+                      muser_session **out);
+void muser_session_free(muser_session *s);
+
+/* Which backend the session actually runs on (AUTO resolved). */
+muser_backend muser_session_backend(const muser_session *s);
+
+/* Feed n tokens at the current position. With all_logits, logits for every
+ * fed position are kept (muser_session_logits_at); otherwise only the last.
+ * Fails with MUSER_ECONTEXT if the tokens do not fit, MUSER_ERANGE for an
+ * id outside the vocabulary; the session is unchanged on failure. */
+int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool all_logits);
+
+/* Logits of the last fed position [n_vocab], or NULL before any feed. */
+const float *muser_session_logits(const muser_session *s);
+/* Logits of the i-th token of the last feed (all_logits feeds only). */
+const float *muser_session_logits_at(const muser_session *s, int i);
+
+int muser_session_pos(const muser_session *s);    /* tokens in the timeline */
+int muser_session_n_ctx(const muser_session *s);
+void muser_session_reset(muser_session *s);
+/* Drop every position >= pos (pos <= current). Fails (MUSER_EUNSUPPORTED)
+ * when a sliding ring no longer holds what pos needs and no checkpoint
+ * covers it; the session is then unchanged. */
+int muser_session_truncate(muser_session *s, int pos);
+
+/* ---- text ------------------------------------------------------------------ */
+
+/* Tokenize UTF-8 text. add_bos follows the caller (use muser_vocab_add_bos
+ * for the file's choice). Returns the number of tokens, or a negative
+ * status; if it exceeds cap, nothing beyond cap is written and the full
+ * count is returned so the caller can retry. */
+int muser_tokenize(const muser_model *model, const char *text, size_t len, bool add_bos,
+                   bool parse_special, muser_token *out, int cap);
+
+bool muser_vocab_add_bos(const muser_model *model);
+muser_token muser_vocab_bos(const muser_model *model);
+muser_token muser_vocab_eos(const muser_model *model);
+bool muser_vocab_is_eog(const muser_model *model, muser_token t);
+int muser_vocab_size(const muser_model *model);
+
+/* The raw bytes a token stands for (special tokens: their text when
+ * show_special, else nothing). Returns the byte count written or needed. */
+int muser_token_to_bytes(const muser_model *model, muser_token t, bool show_special,
+                         char *buf, int cap);
+
+/* Streaming detokenizer: emits only complete UTF-8 sequences. */
+typedef struct muser_detok muser_detok;
+muser_detok *muser_detok_new(const muser_model *model, bool show_special);
+/* Appends the token; returns a NUL-terminated string of newly completed
+ * text (valid until the next call), possibly "". */
+const char *muser_detok_push(muser_detok *d, muser_token t);
+/* Whatever is left (invalid trailing bytes become U+FFFD). */
+const char *muser_detok_flush(muser_detok *d);
+void muser_detok_free(muser_detok *d);
+
+/* ---- sampling -------------------------------------------------------------- */
+
+typedef struct muser_sampler_params {
+    float temperature;       /* <= 0: greedy                               */
+    int top_k;               /* <= 0: off                                  */
+    float top_p;             /* >= 1: off                                  */
+    float min_p;             /* <= 0: off                                  */
+    float repeat_penalty;    /* 1: off                                     */
+    int repeat_last_n;       /* window for the penalties                   */
+    float presence_penalty;  /* 0: off                                     */
+    float frequency_penalty; /* 0: off                                     */
+    uint64_t seed;
+} muser_sampler_params;
+
+typedef struct muser_sampler muser_sampler;
+/* Defaults: the model's known card (Muse Glimmer: T 1.0, top-p 0.95,
+ * top-k 64), else T 0.8, top-p 0.95, top-k 40. model may be NULL. */
+muser_sampler_params muser_sampler_default_params(const muser_model *model);
+muser_sampler *muser_sampler_new(const muser_sampler_params *p, int n_vocab);
+void muser_sampler_free(muser_sampler *s);
+/* Chooses a token from logits (not modified) and remembers it for the
+ * penalties. */
+muser_token muser_sampler_sample(muser_sampler *s, const float *logits);
+void muser_sampler_accept(muser_sampler *s, muser_token t); /* e.g. prompt tokens */
+void muser_sampler_reset(muser_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MUSER_H */

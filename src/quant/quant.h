@@ -1,0 +1,132 @@
+/* quant.h — block formats: the traits table, block layouts, and the scalar
+ * reference dequantize/quantize of a row.
+ *
+ * Type ids are ggml's (they are what GGUF files store). Every type ggml
+ * defines is in the traits table with its block size, so the GGUF reader can
+ * validate any file; `dequant_row` is NULL for types Muser cannot compute
+ * with. Rows are along ne[0]; a row of n elements takes
+ * n / block_elems * block_bytes bytes (n must be a multiple of block_elems).
+ */
+#ifndef MU_QUANT_H
+#define MU_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum mu_type {
+    MU_TYPE_F32 = 0,
+    MU_TYPE_F16 = 1,
+    MU_TYPE_Q4_0 = 2,
+    MU_TYPE_Q4_1 = 3,
+    MU_TYPE_Q5_0 = 6,
+    MU_TYPE_Q5_1 = 7,
+    MU_TYPE_Q8_0 = 8,
+    MU_TYPE_Q8_1 = 9,
+    MU_TYPE_Q2_K = 10,
+    MU_TYPE_Q3_K = 11,
+    MU_TYPE_Q4_K = 12,
+    MU_TYPE_Q5_K = 13,
+    MU_TYPE_Q6_K = 14,
+    MU_TYPE_Q8_K = 15,
+    MU_TYPE_IQ2_XXS = 16,
+    MU_TYPE_IQ2_XS = 17,
+    MU_TYPE_IQ3_XXS = 18,
+    MU_TYPE_IQ1_S = 19,
+    MU_TYPE_IQ4_NL = 20,
+    MU_TYPE_IQ3_S = 21,
+    MU_TYPE_IQ2_S = 22,
+    MU_TYPE_IQ4_XS = 23,
+    MU_TYPE_I8 = 24,
+    MU_TYPE_I16 = 25,
+    MU_TYPE_I32 = 26,
+    MU_TYPE_I64 = 27,
+    MU_TYPE_F64 = 28,
+    MU_TYPE_IQ1_M = 29,
+    MU_TYPE_BF16 = 30,
+    MU_TYPE_TQ1_0 = 34,
+    MU_TYPE_TQ2_0 = 35,
+    MU_TYPE_MXFP4 = 39,
+    MU_TYPE_NVFP4 = 40,
+    MU_TYPE_Q1_0 = 41,
+    MU_TYPE_Q2_0 = 42,
+    MU_TYPE_COUNT = 43,
+};
+
+#define MU_QK_K 256
+#define MU_QK8_0 32
+#define MU_QK4_0 32
+
+typedef void (*mu_dequant_row_fn)(const void *src, float *dst, int64_t n);
+typedef void (*mu_quant_row_fn)(const float *src, void *dst, int64_t n);
+
+typedef struct mu_type_traits {
+    const char *name;          /* "Q4_K", as ggml spells it            */
+    int block_elems;           /* 0 for ids ggml removed               */
+    int block_bytes;
+    mu_dequant_row_fn dequant_row; /* NULL: Muser cannot compute with it */
+    mu_quant_row_fn quant_row;     /* NULL: Muser cannot produce it      */
+} mu_type_traits;
+
+/* Traits of a type id, or NULL for an id that is not a valid ggml type. */
+const mu_type_traits *mu_type_get(uint32_t type);
+const char *mu_type_name(uint32_t type); /* "?" for invalid ids */
+/* Parses "q4_k", "Q8_0", "f16", ... (case-insensitive); -1 if unknown. */
+int mu_type_from_name(const char *name);
+
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block or
+ * the type is invalid. No overflow for n < 2^62. */
+uint64_t mu_row_bytes(uint32_t type, int64_t n);
+
+/* ---- half precision -------------------------------------------------- */
+float mu_f16_to_f32(uint16_t h);
+uint16_t mu_f32_to_f16(float f); /* round to nearest even, like F16C */
+float mu_bf16_to_f32(uint16_t h);
+uint16_t mu_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+/* ---- block layouts (little-endian, packed, as ggml-common.h) ---------- */
+
+/* Q4_0: 32 weights, 4.5 bpw. y[j] = d*((qs[j]&15)-8), y[j+16] = d*((qs[j]>>4)-8) */
+typedef struct { uint16_t d; uint8_t qs[16]; } mu_block_q4_0;
+/* Q8_0: 32 weights, 8.5 bpw. y = d*q */
+typedef struct { uint16_t d; int8_t qs[32]; } mu_block_q8_0;
+/* Q4_K: 256 weights in 8 sub-blocks of 32, 4.5 bpw.
+ *   d, dmin: f16 super-scales; scales[12]: eight 6-bit (scale, min) pairs:
+ *     j < 4:  sc = s[j] & 63,                      m = s[j+4] & 63
+ *     j >= 4: sc = (s[j+4] & 15) | (s[j-4] >> 6) << 4,
+ *             m  = (s[j+4] >> 4) | (s[j]   >> 6) << 4
+ *   qs[128]: chunk c (64 weights) uses bytes 32c..32c+31: low nibbles are
+ *   sub-block 2c, high nibbles sub-block 2c+1. y = d*sc*q - dmin*m */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } mu_block_q4_K;
+/* Q5_K: Q4_K plus a fifth bit: qh[l] bit 2c for the low-nibble weight l of
+ * chunk c, bit 2c+1 for the high one. 5.5 bpw. */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } mu_block_q5_K;
+/* Q6_K: 256 weights in 16 groups of 16, 6.5625 bpw. ql: low 4 bits,
+ * qh: high 2 bits, scales: int8 per group, d last. q in 0..63, y = d*sc*(q-32) */
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } mu_block_q6_K;
+/* Q8_K: activation format for K-quant dot products. d is f32;
+ * bsums[g] = sum of qs over the 16-element group g. */
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } mu_block_q8_K;
+
+_Static_assert(sizeof(mu_block_q4_0) == 18, "q4_0 size");
+_Static_assert(sizeof(mu_block_q8_0) == 34, "q8_0 size");
+_Static_assert(sizeof(mu_block_q4_K) == 144, "q4_K size");
+_Static_assert(sizeof(mu_block_q5_K) == 176, "q5_K size");
+_Static_assert(sizeof(mu_block_q6_K) == 210, "q6_K size");
+_Static_assert(sizeof(mu_block_q8_K) == 292, "q8_K size");
+
+/* Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
+static inline void mu_get_scale_min_k4(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* Dequantizes a whole row of any computable type (dispatch on traits). */
+int mu_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+#endif

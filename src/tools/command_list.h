@@ -1,0 +1,3 @@
+/* The subcommands: MU_COMMAND(name, function, one-line help). No include
+ * guard: included with different MU_COMMAND definitions. */
+MU_COMMAND("version", cmd_version, "print the version")
