@@ -1,0 +1,74 @@
+/* engine.h — sessions, the backend boundary, and attention routes.
+ *
+ * A backend implements the whole forward pass of one chunk of tokens (the
+ * CPU in cpu/, the float64 oracle in ref/, CUDA in cuda/): a GPU backend
+ * captures a token step as one graph, which a finer op-by-op boundary would
+ * prevent. What all backends share lives outside them: hyperparameters and
+ * weights (model/), ring arithmetic (kv/), and the route predicates below.
+ */
+#ifndef MU_ENGINE_H
+#define MU_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/kv.h"
+#include "model/model.h"
+#include "muser.h"
+
+typedef struct mu_backend mu_backend;
+
+typedef struct mu_backend_ops {
+    const char *name;
+    /* Runs n tokens (n <= n_batch) at positions pos0 .. pos0+n-1. Writes
+     * logits for every token (all_logits) or only the last, [rows][n_vocab].
+     * The caller has checked ids and the context bound. */
+    int (*forward)(mu_backend *b, const muser_token *tokens, int n, int pos0, bool all_logits, float *logits);
+    /* Drops positions >= pos; MUSER_EUNSUPPORTED if a ring cannot. */
+    int (*truncate)(mu_backend *b, int pos);
+    void (*reset)(mu_backend *b);
+    void (*free)(mu_backend *b);
+} mu_backend_ops;
+
+struct mu_backend {
+    const mu_backend_ops *ops;
+};
+
+/* Resolved session settings every backend receives. */
+typedef struct mu_session_config {
+    int n_ctx, n_batch, n_threads;
+    muser_lane lane;
+    muser_kv_type kv_type;
+    int gpus;
+} mu_session_config;
+
+int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+int mu_ref_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+/* MUSER_EBACKEND with a clear message when there is no usable GPU. */
+int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+
+/* ---- attention routes ----------------------------------------------------
+ * The route ladder for decode attention over one plane. Predicates fail
+ * closed: any doubt sends a plane to the explicit-origin route, which
+ * addresses every row through mu_kv_physical and is always safe. */
+typedef enum mu_attn_route {
+    MU_ROUTE_CONTIGUOUS = 0, /* visible rows are one unwrapped physical run, read in whole blocks */
+    MU_ROUTE_ORIGIN = 1,     /* partially wrapped ring or tiny plane: per-row explicit addressing */
+} mu_attn_route;
+
+typedef struct mu_route_decision {
+    mu_attn_route route;
+    int64_t first;      /* logical position of the first visible row */
+    int64_t n_visible;  /* rows the query sees                        */
+    int64_t phys_first; /* physical slot of `first`                   */
+    const char *why;    /* the predicate that decided                 */
+} mu_route_decision;
+
+/* Decides the route for a query at logical position pos that sees the n
+ * most recent positions (n = mu_layer_visible). Logs it when
+ * MUSER_LOG_ROUTES=1 (layer is only used for the log line). Returns false
+ * (fail closed) when the plane does not hold what the query needs. */
+bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, int layer,
+                          mu_route_decision *d);
+
+#endif

@@ -1,0 +1,55 @@
+/* route.c — the decode-attention route ladder (seeds, Ch 16).
+ *
+ *   contiguous: the visible span is one unwrapped physical run and the plane
+ *               is at least one block large, so a kernel may read whole
+ *               32-row blocks by pointer arithmetic without reading past
+ *               the allocation;
+ *   origin:     everything else (a partially wrapped ring, a plane smaller
+ *               than a block): every row goes through the explicit origins.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+static int log_routes = -1;
+
+static bool routes_logged(void) {
+    if (log_routes < 0) {
+        const char *e = getenv("MUSER_LOG_ROUTES");
+        log_routes = e && *e && strcmp(e, "0") != 0;
+    }
+    return log_routes;
+}
+
+bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, int layer, mu_route_decision *d) {
+    d->first = pos - n_visible + 1;
+    d->n_visible = n_visible;
+    d->route = MU_ROUTE_ORIGIN;
+    d->phys_first = -1;
+    if (n_visible <= 0 || !mu_kv_holds(p, d->first, pos)) {
+        d->why = "plane does not hold the visible span";
+        if (routes_logged())
+            fprintf(stderr, "route layer=%d pos=%lld REFUSED: %s (origin_logical=%lld len=%lld)\n", layer,
+                    (long long)pos, d->why, (long long)p->origin_logical, (long long)p->len);
+        return false;
+    }
+    d->phys_first = mu_kv_physical(p, d->first);
+    if (p->capacity < MU_ATTN_BLOCK) {
+        d->why = "capacity below one block";
+    } else if (d->phys_first + n_visible > p->capacity) {
+        d->why = "visible span wraps the ring";
+    } else {
+        d->route = MU_ROUTE_CONTIGUOUS;
+        d->why = p->ring && p->len == p->capacity ? "full ring, span unwrapped" : "unwrapped span";
+    }
+    if (routes_logged())
+        fprintf(stderr,
+                "route layer=%d pos=%lld route=%s why=\"%s\" first=%lld n=%lld phys_first=%lld "
+                "origin_logical=%lld origin_physical=%lld len=%lld capacity=%lld\n",
+                layer, (long long)pos, d->route == MU_ROUTE_CONTIGUOUS ? "contiguous" : "origin", d->why,
+                (long long)d->first, (long long)n_visible, (long long)d->phys_first, (long long)p->origin_logical,
+                (long long)p->origin_physical, (long long)p->len, (long long)p->capacity);
+    return true;
+}

@@ -1,0 +1,107 @@
+/* model.h — architectures: hyperparameters from GGUF metadata (with
+ * llama.cpp's defaults), tensor binding with shape checks, and the
+ * bytes-per-token accounting.
+ *
+ * Shapes use ggml order: a 2-D weight {cols, rows} has `cols` = input
+ * length (contiguous, quantized along it) and `rows` = outputs;
+ * y[r] = dot(row r, x).
+ */
+#ifndef MU_MODEL_H
+#define MU_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "muser.h"
+
+typedef enum mu_arch {
+    MU_ARCH_MUSE_GLIMMER = 0,
+    MU_ARCH_LLAMA = 1,
+} mu_arch;
+
+/* RoPE pairing: NORM rotates (2i, 2i+1); NEOX rotates (i, i + n_rot/2). */
+typedef enum mu_rope_type { MU_ROPE_NORM = 0, MU_ROPE_NEOX = 2 } mu_rope_type;
+
+/* A weight matrix: a view into the mapped file. */
+typedef struct mu_weight {
+    const void *data;   /* rows * row_bytes bytes                         */
+    uint32_t type;      /* enum mu_type                                   */
+    int64_t cols;       /* ne[0]: input length                            */
+    int64_t rows;       /* ne[1]: output length                           */
+    uint64_t row_bytes;
+    const char *name;   /* the tensor's name in the file                  */
+} mu_weight;
+
+typedef struct mu_layer {
+    bool is_swa;             /* sliding-window layer                      */
+    bool use_rope;           /* muse-glimmer: SWA layers only (NoPE full) */
+    float rope_base;         /* theta base for this layer                 */
+    /* norms, dequantized to f32 at load                                  */
+    float *attn_norm;        /* [n_embd]                                  */
+    float *q_norm, *k_norm;  /* [head_dim]; NULL when the arch has none   */
+    float *post_attn_norm;   /* [n_embd]; NULL when none                  */
+    float *ffn_norm;         /* [n_embd]                                  */
+    float *post_ffn_norm;    /* [n_embd]; NULL when none                  */
+    /* projections                                                        */
+    mu_weight wq;            /* {n_embd, n_head*head_dim}                 */
+    mu_weight wk, wv;        /* {n_embd, n_head_kv*head_dim}              */
+    mu_weight wgate;         /* {n_embd, n_head*head_dim}; data NULL if none */
+    mu_weight wo;            /* {n_head*head_dim, n_embd}                 */
+    mu_weight ffn_gate, ffn_up; /* {n_embd, n_ff}                         */
+    mu_weight ffn_down;      /* {n_ff, n_embd}                            */
+} mu_layer;
+
+typedef struct mu_hparams {
+    mu_arch arch;
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int n_ctx_train;
+    int n_swa;               /* window (keys visible incl. the current one); 0: none */
+    int n_rot;               /* rotated dims per head                      */
+    mu_rope_type rope_type;
+    float rope_freq_scale;   /* 1 / linear scaling factor                  */
+    float rms_eps;           /* pre-norms, QK-norm, embedding, final norm  */
+    float post_norm_eps;     /* muse-glimmer post-norms: 1e-8 (hard-coded) */
+    bool embd_norm;          /* weightless RMS norm of the embedding       */
+    bool attn_gate;          /* sigmoid output gate before Wo              */
+    bool qk_norm, post_norms;
+    float logit_scale;       /* 1 when none                                */
+    float softcap;           /* 0 when off                                 */
+    float attn_scale;        /* 1/sqrt(head_dim)                           */
+} mu_hparams;
+
+struct mu_vocab;
+
+struct muser_model {
+    gguf_file *file;
+    mu_hparams hp;
+    char arch_name[32];
+    char name[128];
+    mu_weight tok_embd;      /* {n_embd, n_vocab}                          */
+    float *output_norm;      /* [n_embd]                                   */
+    mu_weight output;        /* {n_embd, n_vocab}                          */
+    float *rope_freq_factors;/* [n_rot/2] or NULL (llama3-style rope_freqs) */
+    mu_layer *layers;
+    struct mu_vocab *vocab;  /* NULL for files without a tokenizer         */
+    uint64_t weight_bytes_per_token;
+};
+typedef struct muser_model mu_model;
+
+/* Parses hparams and binds tensors. Does not load the vocabulary. */
+int mu_model_bind(gguf_file *file, mu_model *m);
+void mu_model_unbind(mu_model *m);
+
+/* Bytes of weights streamed to decode one token: every projection, the
+ * output matrix, the norms, and one embedding row. */
+uint64_t mu_model_weight_bytes_per_token(const mu_model *m);
+/* KV bytes read by one decoded token at position `pos` (0-based), for a
+ * cache element size of kv_elem_bytes (2 for F16, 4 for F32). */
+uint64_t mu_model_kv_bytes_per_token(const mu_model *m, int64_t pos, int kv_elem_bytes);
+
+/* Rows of the K (and V) plane of a layer that a token at pos can see. */
+static inline int64_t mu_layer_visible(const mu_hparams *hp, const mu_layer *l, int64_t pos) {
+    int64_t n = pos + 1;
+    return (l->is_swa && hp->n_swa > 0 && n > hp->n_swa) ? hp->n_swa : n;
+}
+
+#endif
