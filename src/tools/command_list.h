@@ -1,3 +1,6 @@
 /* The subcommands: MU_COMMAND(name, function, one-line help). No include
  * guard: included with different MU_COMMAND definitions. */
 MU_COMMAND("version", cmd_version, "print the version")
+MU_COMMAND("parity", cmd_parity, "compare logits with a reference file (or the float64 reference)")
+MU_COMMAND("inspect", cmd_inspect, "show a GGUF file: metadata, tensors, layer kinds, bytes per token")
+MU_COMMAND("synth", cmd_synth, "write a synthetic Muse Glimmer model (nano, micro, 30b presets)")

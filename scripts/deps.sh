@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Muser builds and tests with, when missing.
+set -euo pipefail
+packages=(build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev
+          clang libclang-rt-14-dev gnuplot-nox nodejs npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing: ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq || true
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

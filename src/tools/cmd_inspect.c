@@ -1,0 +1,161 @@
+/* cmd_inspect.c — `muser inspect MODEL`: metadata, tensors, layer kinds and
+ * the bytes one decoded token reads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "quant/quant.h"
+#include "tools/commands.h"
+#include "util/error.h"
+
+static void print_str(gguf_str s, size_t max) {
+    putchar('"');
+    for (uint64_t i = 0; i < s.len && i < max; i++) {
+        unsigned char c = (unsigned char)s.ptr[i];
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 32) printf("\\x%02x", c);
+        else putchar(c);
+    }
+    if (s.len > max) printf("...(%llu bytes)", (unsigned long long)s.len);
+    putchar('"');
+}
+
+static void print_scalar(uint32_t type, const gguf_kv *kv) {
+    switch (type) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
+        printf("%llu", (unsigned long long)kv->v.u64);
+        break;
+    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+        printf("%lld", (long long)kv->v.i64);
+        break;
+    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: printf("%.10g", kv->v.f64); break;
+    case GGUF_TYPE_BOOL: fputs(kv->v.b ? "true" : "false", stdout); break;
+    case GGUF_TYPE_STRING: print_str(kv->v.str, 120); break;
+    }
+}
+
+static void print_kv(const gguf_kv *kv) {
+    printf("  %-48.*s ", (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr);
+    if (kv->type != GGUF_TYPE_ARRAY) {
+        printf("%-7s ", gguf_type_name(kv->type));
+        print_scalar(kv->type, kv);
+        putchar('\n');
+        return;
+    }
+    printf("%s[%llu] ", gguf_type_name(kv->arr_type), (unsigned long long)kv->arr_count);
+    uint64_t show = kv->arr_count < 8 ? kv->arr_count : 8;
+    putchar('[');
+    for (uint64_t i = 0; i < show; i++) {
+        if (i) fputs(", ", stdout);
+        if (kv->arr_type == GGUF_TYPE_STRING) print_str(kv->arr_strs[i], 24);
+        else if (kv->arr_type == GGUF_TYPE_FLOAT32 || kv->arr_type == GGUF_TYPE_FLOAT64)
+            printf("%.6g", gguf_arr_float(kv, i));
+        else if (kv->arr_type == GGUF_TYPE_BOOL) fputs(gguf_arr_int(kv, i) ? "true" : "false", stdout);
+        else printf("%lld", (long long)gguf_arr_int(kv, i));
+    }
+    if (show < kv->arr_count) fputs(", ...", stdout);
+    puts("]");
+}
+
+static const char *human(double b, char *buf, size_t cap) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    bool all_tensors = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: muser inspect MODEL [--all]\n"
+                   "Prints the metadata, the tensor table (types, shapes, bytes), the layer kinds and the\n"
+                   "bytes read per decoded token. --all lists every tensor (default: globals and layer 0).\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--all")) all_tensors = true;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "muser inspect: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "usage: muser inspect MODEL [--all]\n");
+        return 2;
+    }
+    gguf_file *f = NULL;
+    if (gguf_open(path, &f) != 0) {
+        fprintf(stderr, "muser inspect: %s\n", muser_last_error());
+        return 1;
+    }
+    char b1[32], b2[32];
+    printf("# %s\n\nGGUF v%u, %s, %llu metadata entries, %llu tensors, alignment %llu\n\n## Metadata\n", path,
+           f->version, human((double)f->size, b1, sizeof b1), (unsigned long long)f->n_kv,
+           (unsigned long long)f->n_tensors, (unsigned long long)f->alignment);
+    for (uint64_t i = 0; i < f->n_kv; i++) print_kv(&f->kv[i]);
+
+    /* Tensor table, with a per-type summary. */
+    uint64_t type_count[MU_TYPE_COUNT] = {0}, type_bytes[MU_TYPE_COUNT] = {0};
+    printf("\n## Tensors\n\n| name | type | shape | bytes |\n|---|---|---|---|\n");
+    uint64_t shown = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        type_count[t->type]++;
+        type_bytes[t->type] += t->n_bytes;
+        bool layer0_or_global = strncmp(t->name, "blk.", 4) != 0 || strncmp(t->name, "blk.0.", 6) == 0;
+        if (!all_tensors && !layer0_or_global) continue;
+        shown++;
+        printf("| %s | %s | [%lld", t->name, mu_type_name(t->type), (long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims; d++) printf(", %lld", (long long)t->ne[d]);
+        printf("] | %llu |\n", (unsigned long long)t->n_bytes);
+    }
+    if (shown < f->n_tensors)
+        printf("\n(%llu more tensors in later layers; --all lists them)\n", (unsigned long long)(f->n_tensors - shown));
+    printf("\n| type | tensors | bytes |\n|---|---|---|\n");
+    for (int t = 0; t < MU_TYPE_COUNT; t++)
+        if (type_count[t])
+            printf("| %s | %llu | %s |\n", mu_type_name((uint32_t)t), (unsigned long long)type_count[t],
+                   human((double)type_bytes[t], b1, sizeof b1));
+
+    /* Architecture view (needs a bindable model). */
+    mu_model m;
+    if (mu_model_bind(f, &m) != 0) {
+        printf("\n(not a runnable model: %s)\n", muser_last_error());
+        gguf_close(f);
+        return 0;
+    }
+    const mu_hparams *hp = &m.hp;
+    printf("\n## Architecture: %s\n\n", m.arch_name);
+    printf("n_vocab %d, n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d, n_ctx_train %d\n",
+           hp->n_vocab, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_ctx_train);
+    printf("rms_eps %g, rope n_rot %d (%s pairs), logit_scale %.10g, softcap %g, sliding window %d\n", hp->rms_eps,
+           hp->n_rot, hp->rope_type == MU_ROPE_NEOX ? "NEOX" : "NORM", hp->logit_scale, hp->softcap, hp->n_swa);
+    int n_swa = 0;
+    printf("\nlayer kinds: ");
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m.layers[l];
+        n_swa += L->is_swa;
+        printf("%s%s", l ? " " : "", L->is_swa ? "S" : "F");
+    }
+    printf("\n(S = sliding window %d with RoPE base %g; F = full attention%s) -- %d sliding, %d full\n", hp->n_swa,
+           hp->n_layer ? m.layers[0].rope_base : 0.0,
+           hp->arch == MU_ARCH_MUSE_GLIMMER ? " without RoPE (NoPE)" : " with RoPE", n_swa, hp->n_layer - n_swa);
+    uint64_t w = m.weight_bytes_per_token;
+    printf("\n## Bytes read per decoded token\n\nweights: %llu (%s)\n", (unsigned long long)w,
+           human((double)w, b1, sizeof b1));
+    int64_t depths[] = {0, 512, 2048, 8192, 32768, 131072};
+    printf("\n| depth | KV bytes (F16) | total |\n|---|---|---|\n");
+    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
+        uint64_t kv = mu_model_kv_bytes_per_token(&m, depths[i], 2);
+        printf("| %lld | %s | %s |\n", (long long)depths[i], human((double)kv, b1, sizeof b1),
+               human((double)(w + kv), b2, sizeof b2));
+    }
+    mu_model_unbind(&m);
+    gguf_close(f);
+    return 0;
+}

@@ -1,0 +1,128 @@
+/* cmd_parity.c — `muser parity`: feed a token file and compare our logits
+ * with a reference logits file (little-endian f32 [positions][n_vocab]). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/parity.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "tools/tool_util.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: muser parity -m MODEL --tokens FILE --ref FILE [--mode decode|prefill]\n"
+            "                    [--backend cpu|ref|cuda] [--kv f16|f32] [--lane exact|fast] [-t THREADS] [--json]\n"
+            "Feeds the tokens (no BOS is added) and compares the logits at every position with the\n"
+            "reference: max |delta|, RMS delta, mean and max KL(reference || ours), top-1 agreement\n"
+            "over all positions and over decisive ones (reference top-1 leads top-2 by >= 0.5).\n");
+}
+
+int cmd_parity(int argc, char **argv) {
+    const char *model_path = NULL, *tokens_path = NULL, *ref_path = NULL, *mode = "decode";
+    bool json = false;
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CPU;
+    mu_args a = {argc, 1, argv, "parity"};
+    for (; a.i < argc; a.i++) {
+        if (mu_arg_is(&a, "-h", "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (mu_arg_is(&a, "-m", "--model")) {
+            if (!mu_arg_str(&a, &model_path)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--tokens")) {
+            if (!mu_arg_str(&a, &tokens_path)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--ref")) {
+            if (!mu_arg_str(&a, &ref_path)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--mode")) {
+            if (!mu_arg_str(&a, &mode)) return 2;
+            if (strcmp(mode, "decode") && strcmp(mode, "prefill")) {
+                fprintf(stderr, "muser parity: --mode must be decode or prefill\n");
+                return 2;
+            }
+        } else if (mu_arg_is(&a, NULL, "--json")) {
+            json = true;
+        } else if (!mu_tool_session_option(&a, &sp)) {
+            return 2;
+        }
+    }
+    if (!model_path || !tokens_path || !ref_path) {
+        usage(stderr);
+        return 2;
+    }
+
+    int n_tokens = 0;
+    muser_token *tokens = mu_tool_read_token_file(tokens_path, &n_tokens);
+    if (!tokens) return 1;
+    muser_model *model = NULL;
+    if (muser_model_load(model_path, &model) != 0) {
+        fprintf(stderr, "muser parity: %s\n", muser_last_error());
+        free(tokens);
+        return 1;
+    }
+    muser_model_info info;
+    muser_model_get_info(model, &info);
+    const int V = info.n_vocab;
+    size_t ref_size = 0;
+    float *ref = mu_tool_read_file(ref_path, &ref_size);
+    int rc = 1;
+    float *ours = NULL;
+    muser_session *s = NULL;
+    if (!ref) goto out;
+    if (ref_size == 0 || ref_size % ((size_t)V * sizeof(float))) {
+        fprintf(stderr, "muser parity: %s: %zu bytes is not a whole number of rows of %d float32 logits\n", ref_path,
+                ref_size, V);
+        goto out;
+    }
+    int positions = (int)(ref_size / ((size_t)V * sizeof(float)));
+    if (positions > n_tokens) positions = n_tokens;
+    if (positions < n_tokens)
+        fprintf(stderr, "muser parity: the reference has %d rows; comparing the first %d of %d positions\n", positions,
+                positions, n_tokens);
+    if (sp.n_ctx == 0) sp.n_ctx = positions > info.n_ctx_train ? positions : (positions < 512 ? 512 : positions);
+    if (sp.n_ctx > info.n_ctx_train) sp.n_ctx = info.n_ctx_train;
+    if (muser_session_new(model, &sp, &s) != 0) {
+        fprintf(stderr, "muser parity: %s\n", muser_last_error());
+        goto out;
+    }
+    ours = malloc((size_t)positions * V * sizeof(float));
+    if (!ours) goto out;
+    if (!strcmp(mode, "prefill")) {
+        if (muser_session_feed(s, tokens, positions, true) != 0) {
+            fprintf(stderr, "muser parity: %s\n", muser_last_error());
+            goto out;
+        }
+        for (int p = 0; p < positions; p++) memcpy(ours + (size_t)p * V, muser_session_logits_at(s, p), V * sizeof(float));
+    } else {
+        for (int p = 0; p < positions; p++) {
+            if (muser_session_feed(s, tokens + p, 1, false) != 0) {
+                fprintf(stderr, "muser parity: %s\n", muser_last_error());
+                goto out;
+            }
+            memcpy(ours + (size_t)p * V, muser_session_logits(s), V * sizeof(float));
+        }
+    }
+    mu_parity r;
+    mu_parity_compare(ref, ours, positions, V, &r);
+    if (json) {
+        printf("{\"positions\": %d, \"max_abs\": %.9g, \"rms\": %.9g, \"mean_kl\": %.9g, \"max_kl\": %.9g, "
+               "\"top1\": %.9g, \"top1_decisive\": %.9g}\n",
+               r.positions, r.max_abs, r.rms, r.mean_kl, r.max_kl, r.top1, r.top1_decisive);
+    } else {
+        printf("parity: %s (%s mode, backend %s, lane %s, kv %s)\n", model_path, mode,
+               mu_tool_backend_name(muser_session_backend(s)), sp.lane == MUSER_LANE_FAST ? "fast" : "exact",
+               sp.kv_type == MUSER_KV_F32 ? "f32" : "f16");
+        printf("| positions | max abs | rms | mean KL | max KL | top-1 | top-1 decisive |\n");
+        printf("|---|---|---|---|---|---|---|\n");
+        printf("| %d | %.3g | %.3g | %.3g | %.3g | %.2f%% | %.2f%% (%d positions) |\n", r.positions, r.max_abs, r.rms,
+               r.mean_kl, r.max_kl, 100 * r.top1, 100 * r.top1_decisive, r.decisive);
+    }
+    rc = 0;
+out:
+    muser_session_free(s);
+    muser_model_free(model);
+    free(ours);
+    free(ref);
+    free(tokens);
+    return rc;
+}

@@ -1,0 +1,188 @@
+/* test_parity.c — logits of every fixture model, in decode and prefill mode,
+ * against llama.cpp's exact f32 reference (M.exact.f32):
+ *   CPU engine, exact lane, F32 KV: max |delta| <= 5e-4, RMS <= 5e-5, decisive
+ *     top-1 100% (a post-norm eps of 1e-5 instead of 1e-8 already fails);
+ *   CPU engine, default F16 KV: mean KL no larger than llama.cpp's own
+ *     default run (M.decode.f32) against the same file, computed here;
+ *   float64 reference backend: max <= 2e-4, RMS <= 2e-5.
+ * Also the greedy continuation after the 160 tokens (M.exact.greedy.txt),
+ * up to the first step whose reference margin is below 0.5. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/parity.h"
+#include "muser.h"
+#include "testlib.h"
+
+typedef struct fixture {
+    const char *rel; /* path without extension, relative to the data dir */
+    bool local;      /* in tests/data (else the shared data dir)        */
+} fixture;
+
+static const fixture fixtures[] = {
+    {"fixtures/nano/nano-Q4_K_M", true},
+    {"fixtures/nano/nano-Q8_0", true},
+    {"fixtures/nano/nano-f32", false},
+    {"fixtures/nano/nano-Q6_K", false},
+    {"fixtures/micro/micro-Q4_K_M", false},
+};
+
+static const char *fixture_path(const fixture *f, const char *suffix, char *buf, size_t cap) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s%s", f->rel, suffix);
+    if (f->local) return tl_test_data(rel, buf, cap);
+    return tl_shared(rel, buf, cap);
+}
+
+static int *read_tokens(const char *path, int *n) {
+    char *text = tl_read_file(path, NULL);
+    if (!text) return NULL;
+    int cap = 512, count = 0;
+    int *ids = malloc(sizeof(int) * cap);
+    for (char *p = text, *end; *p; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            if (!*++end) break;
+            continue;
+        }
+        if (count == cap) ids = realloc(ids, sizeof(int) * (cap *= 2));
+        ids[count++] = (int)v;
+    }
+    free(text);
+    *n = count;
+    return ids;
+}
+
+/* Runs the tokens through a session and returns [n][V] logits. */
+static float *run(muser_model *m, const int *tokens, int n, muser_backend backend, muser_kv_type kv, bool prefill) {
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = backend;
+    sp.kv_type = kv;
+    sp.lane = MUSER_LANE_EXACT;
+    sp.n_ctx = 512;
+    sp.n_batch = 64; /* several chunks: rings must hold window + chunk - 1 */
+    muser_session *s = NULL;
+    if (muser_session_new(m, &sp, &s) != 0) {
+        fprintf(stderr, "session: %s\n", muser_last_error());
+        return NULL;
+    }
+    muser_model_info info;
+    muser_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    float *out = malloc(sizeof(float) * (size_t)n * V);
+    if (prefill) {
+        CHECK(muser_session_feed(s, tokens, n, true) == 0);
+        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, muser_session_logits_at(s, i), sizeof(float) * V);
+    } else {
+        for (int i = 0; i < n; i++) {
+            CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
+            memcpy(out + (size_t)i * V, muser_session_logits(s), sizeof(float) * V);
+        }
+    }
+    muser_session_free(s);
+    return out;
+}
+
+/* Greedy continuation in the exact setting against M.exact.greedy.txt. */
+static void check_greedy(muser_model *m, const fixture *f, const int *tokens, int n, int V) {
+    char buf[512];
+    const char *path = fixture_path(f, ".exact.greedy.txt", buf, sizeof buf);
+    char *text = path ? tl_read_file(path, NULL) : NULL;
+    if (!text) return;
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CPU;
+    sp.kv_type = MUSER_KV_F32;
+    sp.n_ctx = 512;
+    muser_session *s = NULL;
+    CHECK(muser_session_new(m, &sp, &s) == 0);
+    CHECK(muser_session_feed(s, tokens, n, false) == 0);
+    int steps = 0, matched = 0;
+    char *line = strtok(text, "\n");
+    while (line) {
+        int id;
+        double top1, top2;
+        if (sscanf(line, "%d %lf %lf", &id, &top1, &top2) != 3) break;
+        const float *lg = muser_session_logits(s);
+        int ours = mu_argmax(lg, V);
+        if (top1 - top2 < MU_DECISIVE_MARGIN) break; /* beyond here the sequences may legitimately part */
+        steps++;
+        CHECKF(ours == id, "%s greedy step %d: ours %d, reference %d", f->rel, steps, ours, id);
+        if (ours != id) break;
+        matched++;
+        CHECK(muser_session_feed(s, &id, 1, false) == 0);
+        line = strtok(NULL, "\n");
+    }
+    printf("  %-28s greedy: %d decisive steps matched\n", f->rel, matched);
+    CHECK(steps > 0);
+    muser_session_free(s);
+    free(text);
+}
+
+static void test_fixture(const fixture *f) {
+    char pm[512], pt[512], pe[512], pd[512];
+    const char *model_path = fixture_path(f, ".gguf", pm, sizeof pm);
+    char tok_rel[256];
+    snprintf(tok_rel, sizeof tok_rel, "%.*s/tokens.txt", (int)(strrchr(f->rel, '/') - f->rel), f->rel);
+    const char *tok_path = f->local ? tl_test_data(tok_rel, pt, sizeof pt) : tl_shared(tok_rel, pt, sizeof pt);
+    const char *exact_path = fixture_path(f, ".exact.f32", pe, sizeof pe);
+    const char *llama_path = fixture_path(f, ".decode.f32", pd, sizeof pd);
+    if (!model_path || !tok_path || !exact_path || !llama_path) {
+        printf("\n**************** SKIPPED: %s (shared data not found; set MUSER_DATA_DIR) ****************\n\n",
+               f->rel);
+        return;
+    }
+    muser_model *m = NULL;
+    int rc = muser_model_load(model_path, &m);
+    CHECKF(rc == 0, "%s: %s", model_path, muser_last_error());
+    if (rc) return;
+    muser_model_info info;
+    muser_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    int n = 0;
+    int *tokens = read_tokens(tok_path, &n);
+    size_t es = 0, ds = 0;
+    float *exact = tl_read_file(exact_path, &es), *llama = tl_read_file(llama_path, &ds);
+    CHECK(tokens && n == 160 && es == (size_t)n * V * 4 && ds == es);
+
+    mu_parity llama_vs_exact;
+    mu_parity_compare(exact, llama, n, V, &llama_vs_exact);
+    for (int mode = 0; mode < 2; mode++) {
+        const bool prefill = mode == 1;
+        const char *mname = prefill ? "prefill" : "decode";
+        mu_parity r;
+        float *ours = run(m, tokens, n, MUSER_BACKEND_CPU, MUSER_KV_F32, prefill);
+        mu_parity_compare(exact, ours, n, V, &r);
+        printf("  %-28s %-7s cpu  kv f32: max %.3g rms %.3g meanKL %.3g top1 %.3f decisive %.3f\n", f->rel, mname,
+               r.max_abs, r.rms, r.mean_kl, r.top1, r.top1_decisive);
+        CHECKF(r.max_abs <= 5e-4, "%s %s: max |delta| %.3g > 5e-4", f->rel, mname, r.max_abs);
+        CHECKF(r.rms <= 5e-5, "%s %s: rms %.3g > 5e-5", f->rel, mname, r.rms);
+        CHECKF(r.top1_decisive == 1.0, "%s %s: decisive top-1 %.4f", f->rel, mname, r.top1_decisive);
+        free(ours);
+
+        ours = run(m, tokens, n, MUSER_BACKEND_CPU, MUSER_KV_F16, prefill);
+        mu_parity_compare(exact, ours, n, V, &r);
+        printf("  %-28s %-7s cpu  kv f16: max %.3g rms %.3g meanKL %.3g (llama.cpp %.3g)\n", f->rel, mname, r.max_abs,
+               r.rms, r.mean_kl, llama_vs_exact.mean_kl);
+        CHECKF(r.mean_kl <= llama_vs_exact.mean_kl, "%s %s: mean KL %.3g > llama.cpp's %.3g", f->rel, mname, r.mean_kl,
+               llama_vs_exact.mean_kl);
+        CHECK(r.top1_decisive == 1.0);
+        free(ours);
+
+        ours = run(m, tokens, n, MUSER_BACKEND_REF, MUSER_KV_F32, prefill);
+        mu_parity_compare(exact, ours, n, V, &r);
+        printf("  %-28s %-7s ref  kv f32: max %.3g rms %.3g\n", f->rel, mname, r.max_abs, r.rms);
+        CHECKF(r.max_abs <= 2e-4, "%s %s ref: max %.3g > 2e-4", f->rel, mname, r.max_abs);
+        CHECKF(r.rms <= 2e-5, "%s %s ref: rms %.3g > 2e-5", f->rel, mname, r.rms);
+        free(ours);
+    }
+    check_greedy(m, f, tokens, n, V);
+    free(tokens);
+    free(exact);
+    free(llama);
+    muser_model_free(m);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) test_fixture(&fixtures[i]);
+    return tl_finish("parity");
+}
