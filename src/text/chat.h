@@ -90,7 +90,8 @@ int chat_render(const cJSON *messages, const cJSON *tools, const chat_render_opt
 
 typedef struct chat_tool_call {
     char *name;
-    char *arguments; /* a JSON object, compact ("," and ":") */
+    char *arguments; /* a JSON object, compact ("," and ":"); numbers are
+                        printed as Python's json.dumps would (1.50 -> 1.5) */
     bool complete;   /* false: the output ended inside this call */
 } chat_tool_call;
 
@@ -116,8 +117,14 @@ typedef struct chat_result {
 typedef struct chat_parser chat_parser;
 
 /* tools: the request's OpenAI tool array (copied), or NULL. Parameters are
- * typed by each tool's JSON schema; without one, values that parse as JSON
- * numbers, booleans, null, objects or arrays take that type. */
+ * typed by each tool's JSON schema ("string" raw; "integer"/"number",
+ * "boolean", "object", "array", "null" when the text fits, else the raw
+ * string; a type list takes the first that fits). Without a declared type,
+ * values that parse as JSON numbers, booleans, null, objects or arrays take
+ * that type. Leniency: output without a header is answer text, an answer
+ * running straight into <atem:function_calls> becomes a call, a tool
+ * message holding a bare JSON object is a call, and special tokens other
+ * than the protocol's are dropped from the text. */
 int chat_parser_new(const cJSON *tools, chat_parser **out);
 /* Feeds the next piece of generated text (the part after the prompt's
  * `<|start|>assistant`). delta may be NULL. */
