@@ -191,6 +191,7 @@ static void test_render_errors(void) {
     expect_render_error("[{\"role\":\"user\",\"content\":\"x\"", NULL, "malformed JSON");
     expect_render_error("[{\"role\":\"user\",\"content\":01}]", NULL, "malformed JSON number");
     expect_render_error("{\"role\":\"user\"}", NULL, "no \"messages\"");
+    expect_render_error("[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]", NULL, "\\u0000");
     expect_render_error("\"hello\"", NULL, "must be a JSON array");
     expect_render_error("[{\"content\":\"x\"}]", NULL, "missing role");
     expect_render_error("[{\"role\":5,\"content\":\"x\"}]", NULL, "missing role");

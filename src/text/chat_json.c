@@ -164,6 +164,23 @@ static void dedupe_keys(cJSON *v) {
     }
 }
 
+/* Byte offset of a \u0000 escape inside a string, or -1: cJSON strings end
+ * at NUL, so such text would silently lose its tail. */
+static long nul_escape_at(const char *t, size_t n) {
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_string) {
+            in_string = t[i] == '"';
+        } else if (t[i] == '"') {
+            in_string = false;
+        } else if (t[i] == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u' && i + 6 <= n && memcmp(t + i + 2, "0000", 4) == 0) return (long)i;
+            i++;
+        }
+    }
+    return -1;
+}
+
 int chat_json_parse(const char *text, size_t len, cJSON **out) {
     *out = NULL;
     if (!text) return mu_fail(MUSER_EINVAL, "JSON: no text");
@@ -174,6 +191,11 @@ int chat_json_parse(const char *text, size_t len, cJSON **out) {
     if (memchr(text, 0, len)) {
         free(copy);
         return mu_fail(MUSER_EINVAL, "malformed JSON: NUL byte in the text");
+    }
+    long nul = nul_escape_at(copy, len);
+    if (nul >= 0) {
+        free(copy);
+        return mu_fail(MUSER_EINVAL, "unsupported JSON: \\u0000 in a string at byte %ld", nul);
     }
     const char *end = NULL;
     cJSON *v = cJSON_ParseWithLengthOpts(copy, len + 1, &end, 1);
