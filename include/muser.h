@@ -170,6 +170,29 @@ muser_token muser_sampler_sample(muser_sampler *s, const float *logits);
 void muser_sampler_accept(muser_sampler *s, muser_token t); /* e.g. prompt tokens */
 void muser_sampler_reset(muser_sampler *s);
 
+/* ---- chat format ------------------------------------------------------------ */
+
+/* Options of the Muse Glimmer chat template. Zeroed fields take the
+ * template's defaults. */
+typedef struct muser_chat_options {
+    bool add_generation_prompt;      /* end with "<|start|>assistant"             */
+    const char *reasoning_strength;  /* low|medium|high|xhigh; NULL or "": high   */
+    const char *current_date;        /* YYYY-MM-DD; NULL or "": today (local)     */
+    const char *knowledge_cutoff;    /* NULL or "": 2026-01-04                    */
+    const char *tool_namespace_descriptions; /* JSON object text, or NULL        */
+    const char *bos_token;           /* NULL: "<|begin_of_text|>"                  */
+} muser_chat_options;
+
+/* Renders a conversation into the exact prompt text of the Muse Glimmer
+ * template. messages_json: an OpenAI-style messages array (or a request
+ * object with "messages" and optionally "tools"). tools_json: an OpenAI
+ * tools array, or NULL. opt may be NULL. *out is malloc'd (free()).
+ * tool_call.function.arguments may be an object or a JSON string holding
+ * an object (the template itself only accepts objects). Bad input gives
+ * MUSER_EINVAL with a message in muser_last_error(). */
+int muser_chat_render(const char *messages_json, const char *tools_json,
+                      const muser_chat_options *opt, char **out);
+
 #ifdef __cplusplus
 }
 #endif
