@@ -1,6 +1,6 @@
 /* test_quant.c — block formats: the traits table, row sizes, f16/bf16
  * conversions, hand-built blocks of every computable format, quantization
- * error bounds and special inputs.
+ * error bounds, special inputs and synthetic blocks.
  *
  * Expected values are computed here independently of src/quant: block
  * bytes are written by hand from the layouts in spec section 7, and the
@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "muser.h"
 #include "quant/quant.h"
@@ -947,6 +948,117 @@ static void test_dispatch(void) {
     CHECK(mu_dequant_row(MU_TYPE_Q4_K, blocks, y, 0) == MUSER_OK);
 }
 
+/* ==== synthetic blocks =================================================== */
+
+static const uint32_t random_types[] = {MU_TYPE_F32,  MU_TYPE_F16,  MU_TYPE_BF16, MU_TYPE_Q4_0, MU_TYPE_Q8_0,
+                                        MU_TYPE_Q8_1, MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, MU_TYPE_Q8_K};
+
+static bool finite_half(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
+
+/* Every half in a block is finite, and the int8 quants avoid -128. */
+static int invalid_fields(uint32_t type, const uint8_t *blocks, int64_t n_blocks) {
+    int bad = 0;
+    const size_t size = (size_t)mu_type_get(type)->block_bytes;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const uint8_t *p = blocks + (size_t)b * size;
+        uint16_t h0 = (uint16_t)(p[0] | p[1] << 8), h1 = (uint16_t)(p[2] | p[3] << 8);
+        switch (type) {
+        case MU_TYPE_Q4_0: bad += !finite_half(h0); break;
+        case MU_TYPE_Q8_0:
+            bad += !finite_half(h0);
+            for (int j = 0; j < 32; j++) bad += (int8_t)p[2 + j] == -128;
+            break;
+        case MU_TYPE_Q8_1: {
+            bad += !finite_half(h0) || !finite_half(h1);
+            int sum = 0;
+            for (int j = 0; j < 32; j++) bad += (int8_t)p[4 + j] == -128, sum += (int8_t)p[4 + j];
+            bad += h1 != mu_f32_to_f16(mu_f16_to_f32(h0) * (float)sum);
+            break;
+        }
+        case MU_TYPE_Q4_K:
+        case MU_TYPE_Q5_K:
+            /* scales and mins make sense: positive d and dmin, min ~ 7.5 or 15.5 steps */
+            bad += !finite_half(h0) || !finite_half(h1) || mu_f16_to_f32(h0) <= 0 || mu_f16_to_f32(h1) <= 0;
+            break;
+        case MU_TYPE_Q6_K: {
+            uint16_t d = (uint16_t)(p[208] | p[209] << 8);
+            bad += !finite_half(d);
+            break;
+        }
+        case MU_TYPE_Q8_K: {
+            const mu_block_q8_K *k = (const mu_block_q8_K *)p;
+            bad += !isfinite(k->d);
+            for (int g = 0; g < 16; g++) {
+                int sum = 0;
+                for (int j = 0; j < 16; j++) sum += k->qs[16 * g + j], bad += k->qs[16 * g + j] == -128;
+                bad += k->bsums[g] != sum;
+            }
+            break;
+        }
+        default: break;
+        }
+    }
+    return bad;
+}
+
+static void test_random_blocks(void) {
+    const int64_t n = 256 * 256;
+    float *y = malloc(sizeof(float) * n);
+    uint8_t *blocks = malloc(mu_row_bytes(MU_TYPE_F32, n));
+    uint8_t *again = malloc(mu_row_bytes(MU_TYPE_F32, n));
+    const float scales[] = {1.0f, 0.02f};
+    for (size_t t = 0; t < COUNT(random_types); t++) {
+        const uint32_t type = random_types[t];
+        const char *name = mu_type_name(type);
+        const uint64_t bytes = mu_row_bytes(type, n);
+        for (size_t s = 0; s < COUNT(scales); s++) {
+            uint64_t state = 1234 + t, state_again = 1234 + t;
+            CHECK(mu_random_blocks(type, blocks, n, &state, scales[s]) == MUSER_OK);
+            CHECK(state != 1234 + t);
+            CHECK(mu_dequant_row(type, blocks, y, n) == MUSER_OK);
+            double sum = 0, sum2 = 0;
+            for (int64_t i = 0; i < n; i++) sum += y[i], sum2 += (double)y[i] * y[i];
+            const double mean = sum / (double)n, std = sqrt(sum2 / (double)n - mean * mean);
+            CHECKF(count_nonfinite(y, n) == 0, "%s: non-finite random values", name);
+            CHECKF(fabs(mean) < 0.03 * scales[s], "%s: mean %g at scale %g", name, mean, scales[s]);
+            CHECKF(fabs(std / scales[s] - 1) < 0.1, "%s: std %g at scale %g", name, std, scales[s]);
+            CHECKF(invalid_fields(type, blocks, n / mu_type_get(type)->block_elems) == 0, "%s: invalid fields", name);
+            /* the same seed gives the same bytes, another seed others */
+            CHECK(mu_random_blocks(type, again, n, &state_again, scales[s]) == MUSER_OK);
+            CHECK(memcmp(blocks, again, bytes) == 0 && state == state_again);
+            CHECK(mu_random_blocks(type, again, n, &state_again, scales[s]) == MUSER_OK);
+            CHECK(memcmp(blocks, again, bytes) != 0);
+        }
+        /* a huge scale saturates the halves instead of making them inf */
+        uint64_t state = 77;
+        CHECK(mu_random_blocks(type, blocks, n, &state, 1e9f) == MUSER_OK);
+        CHECK(mu_dequant_row(type, blocks, y, n) == MUSER_OK);
+        CHECKF(type == MU_TYPE_F16 || count_nonfinite(y, n) == 0, "%s: huge scale gives non-finite values", name);
+    }
+    uint64_t state = 1;
+    CHECK(mu_random_blocks(MU_TYPE_Q2_K, blocks, 256, &state, 1.0f) == MUSER_EUNSUPPORTED);
+    CHECK(mu_random_blocks(MU_TYPE_Q4_K, blocks, 100, &state, 1.0f) == MUSER_EINVAL);
+    CHECK(mu_random_blocks(MU_TYPE_Q4_K, blocks, 256, &state, NAN) == MUSER_EINVAL);
+    CHECK(mu_random_blocks(MU_TYPE_Q4_K, blocks, 256, &state, -1.0f) == MUSER_EINVAL);
+    CHECK(mu_random_blocks(MU_TYPE_Q4_K, blocks, 256, &state, INFINITY) == MUSER_EINVAL);
+    CHECK(mu_random_blocks(5, blocks, 256, &state, 1.0f) == MUSER_EINVAL);
+    free(y);
+    free(blocks);
+    free(again);
+
+    /* throughput, for information: the synth tool writes ~17 GB with this */
+    const int64_t big = 256 * 65536; /* 16.8M weights, 9.4 MB of Q4_K */
+    uint8_t *out = malloc(mu_row_bytes(MU_TYPE_Q4_K, big));
+    memset(out, 0, mu_row_bytes(MU_TYPE_Q4_K, big)); /* time the writing, not the page faults */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(mu_random_blocks(MU_TYPE_Q4_K, out, big, &state, 0.02f) == MUSER_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("  random Q4_K blocks: %.0f MB/s\n", (double)mu_row_bytes(MU_TYPE_Q4_K, big) / seconds / 1e6);
+    free(out);
+}
+
 int main(void) {
     test_traits();
     test_row_bytes();
@@ -966,5 +1078,6 @@ int main(void) {
     test_reference_rules();
     test_special_inputs();
     test_dispatch();
+    test_random_blocks();
     return tl_finish("quant");
 }

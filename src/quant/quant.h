@@ -173,4 +173,13 @@ void mu_quant_row_q6_K(const float *src, void *dst, int64_t n);
  * q = min(127, nearest_even(iscale*x)), d = 1/iscale, bsums per 16. */
 void mu_quant_row_q8_K(const float *src, void *dst, int64_t n);
 
+/* ---- synthetic weights -------------------------------------------------- *
+ * Writes n elements of random but valid, well-scaled blocks of `type`
+ * directly (no quantization search; for writing large synthetic models
+ * fast). Dequantized values have mean ~0 and standard deviation ~scale;
+ * halves are always finite. rng_state is any seed, advanced in place.
+ * Types: F32, F16, BF16, Q4_0, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K. Returns
+ * MUSER_OK, or MUSER_EUNSUPPORTED / MUSER_EINVAL with nothing written. */
+int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, float scale);
+
 #endif
