@@ -2,7 +2,9 @@
  * formats (F32, F16, BF16, Q4_0, Q8_0, Q8_1) and the Q8_K activations.
  *
  * The quantizers here are the fixed rules llama.cpp uses (no search), so
- * the bytes they write are identical to ggml's reference quantizers.
+ * the bytes they write are identical to ggml's reference quantizers, except
+ * that a block scale beyond the f16 range (inputs beyond ~8e6) saturates at
+ * 65504 where ggml would store inf.
  */
 #include "quant/quant_impl.h"
 
@@ -14,14 +16,6 @@ static int clamp_to_int(float v, int lo, int hi) {
     if (!(v >= (float)lo)) return lo;
     if (v > (float)hi) return hi;
     return (int)v;
-}
-
-/* f16 of a block scale, saturated at +-65504: where ggml's rule would store
- * inf (inputs beyond ~8e6) Muser stores the largest finite half instead;
- * everywhere else the bytes are the same. */
-static uint16_t saturated_half(float v) {
-    const float limit = 65504.0f;
-    return mu_float_to_half(v > limit ? limit : v < -limit ? -limit : v);
 }
 
 /* ---- F32, F16, BF16: plain little-endian arrays along ne[0] ------------ */
@@ -65,25 +59,13 @@ void mu_dequant_row_q4_0(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* The element of largest |x| decides the sign of d (so it lands exactly on
- * the -8 end, the one with no +8 counterpart); the first one wins ties. */
-static float signed_absmax(const float *x, int n) {
-    float amax = 0.0f, max = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    }
-    return max;
-}
-
 void mu_quant_row_q4_0(const float *src, void *dst, int64_t n) {
     mu_block_q4_0 *blocks = dst;
     for (int64_t b = 0; b < n / MU_QK4_0; b++, src += MU_QK4_0) {
-        const float d = signed_absmax(src, MU_QK4_0) / -8.0f;
+        /* the signed max lands on the -8 end, the one with no +8 counterpart */
+        const float d = mu_signed_absmax(src, MU_QK4_0) / -8.0f;
         const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-        blocks[b].d = saturated_half(d);
+        blocks[b].d = mu_float_to_half_saturated(d);
         for (int j = 0; j < MU_QK4_0 / 2; j++) {
             /* x*inverse is in [-8, 8], so +8.5 is positive and floor rounds half up */
             int lo = clamp_to_int(floorf(src[j] * inverse + 8.5f), 0, 15);
@@ -127,7 +109,7 @@ void mu_quant_row_q8_0(const float *src, void *dst, int64_t n) {
     mu_block_q8_0 *blocks = dst;
     for (int64_t b = 0; b < n / MU_QK8_0; b++, src += MU_QK8_0) {
         int sum;
-        blocks[b].d = saturated_half(quantize_block_q8(src, blocks[b].qs, &sum));
+        blocks[b].d = mu_float_to_half_saturated(quantize_block_q8(src, blocks[b].qs, &sum));
     }
 }
 
@@ -150,8 +132,8 @@ void mu_quant_row_q8_1(const float *src, void *dst, int64_t n) {
     for (int64_t b = 0; b < n / MU_QK8_1; b++, src += MU_QK8_1) {
         int sum;
         const float d = quantize_block_q8(src, blocks[b].qs, &sum);
-        blocks[b].d = saturated_half(d);
-        blocks[b].s = saturated_half((float)sum * d);
+        blocks[b].d = mu_float_to_half_saturated(d);
+        blocks[b].s = mu_float_to_half_saturated((float)sum * d);
     }
 }
 
@@ -172,7 +154,7 @@ void mu_quant_row_q8_K(const float *src, void *dst, int64_t n) {
     mu_block_q8_K *blocks = dst;
     for (int64_t b = 0; b < n / MU_QK_K; b++, src += MU_QK_K) {
         mu_block_q8_K *out = &blocks[b];
-        const float max = signed_absmax(src, MU_QK_K);
+        const float max = mu_signed_absmax(src, MU_QK_K);
         if (max == 0.0f) {
             memset(out, 0, sizeof *out);
             continue;
@@ -183,11 +165,7 @@ void mu_quant_row_q8_K(const float *src, void *dst, int64_t n) {
             int q = mu_nearest_int(iscale * src[j]);
             out->qs[j] = (int8_t)(q > 127 ? 127 : q < -128 ? -128 : q);
         }
-        for (int g = 0; g < MU_QK_K / 16; g++) {
-            int sum = 0;
-            for (int j = 0; j < 16; j++) sum += out->qs[16 * g + j];
-            out->bsums[g] = (int16_t)sum;
-        }
+        mu_q8_K_fill_bsums(out);
         out->d = 1.0f / iscale;
     }
 }

@@ -17,6 +17,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -85,6 +86,13 @@ static inline uint16_t mu_float_to_half(float f) {
     return (uint16_t)(sign | half);
 }
 
+/* f16 of a block scale, saturated at +-65504 where the plain conversion
+ * would give inf, so a block never holds an infinite scale. */
+#define MU_MAX_HALF 65504.0f
+static inline uint16_t mu_float_to_half_saturated(float v) {
+    return mu_float_to_half(v > MU_MAX_HALF ? MU_MAX_HALF : v < -MU_MAX_HALF ? -MU_MAX_HALF : v);
+}
+
 static inline float mu_bfloat_to_float(uint16_t h) { return mu_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t mu_float_to_bfloat(float f) {
@@ -93,6 +101,42 @@ static inline uint16_t mu_float_to_bfloat(float f) {
         return (uint16_t)((u >> 16) | 0x0040);
     uint32_t round_bias = 0x7FFF + ((u >> 16) & 1); /* ties to even; overflow carries to inf */
     return (uint16_t)((u + round_bias) >> 16);
+}
+
+/* The element of largest |x|, with its sign; the first one wins ties. */
+static inline float mu_signed_absmax(const float *x, int n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < n; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    }
+    return max;
+}
+
+/* Q8_K's bsums: the sum of the qs of each 16-element group. */
+static inline void mu_q8_K_fill_bsums(mu_block_q8_K *block) {
+    for (int g = 0; g < MU_QK_K / 16; g++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) sum += block->qs[16 * g + j];
+        block->bsums[g] = (int16_t)sum;
+    }
+}
+
+/* Packs eight 6-bit (scale, min) pairs of a Q4_K/Q5_K block into the 12
+ * bytes that mu_get_scale_min_k4 reads:
+ *
+ *   bytes 0..3:   sc[j]  | (sc[j+4] >> 4) << 6
+ *   bytes 4..7:   m[j]   | (m[j+4]  >> 4) << 6
+ *   bytes 8..11:  (sc[j+4] & 15) | (m[j+4] & 15) << 4      (j = 0..3)
+ */
+static inline void mu_pack_scales_k4(uint8_t packed[12], const uint8_t sc[8], const uint8_t m[8]) {
+    for (int j = 0; j < 4; j++) {
+        packed[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        packed[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        packed[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
 }
 
 #endif

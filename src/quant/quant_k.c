@@ -22,37 +22,19 @@
 #include <math.h>
 #include <stdbool.h>
 
-#define MAX_HALF 65504.0f
-
 static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The least f16 >= v for a super-scale v >= 0, saturated at 65504 rather
  * than inf. Rounding up keeps the largest sub-block scale within its
  * integer range even where f16 is coarse (subnormal super-scales). */
-static uint16_t half_scale(float v) {
-    if (!(v < MAX_HALF)) return mu_float_to_half(MAX_HALF);
+static uint16_t half_at_least(float v) {
+    if (!(v < MU_MAX_HALF)) return mu_float_to_half(MU_MAX_HALF);
     uint16_t h = mu_float_to_half(v);
     if (mu_half_to_float(h) < v) h++;
     return h;
 }
 
 /* ==== Q4_K / Q5_K: eight sub-blocks of 32 with a 6-bit scale and min ====== */
-
-/* Packs eight 6-bit (scale, min) pairs into the 12 bytes that
- * mu_get_scale_min_k4 reads:
- *
- *   byte    0..3            4..7            8..11
- *   bits    sc[j] | sc[j+4]>>4 << 6
- *                           m[j] | m[j+4]>>4 << 6
- *                                           sc[j+4]&15 | (m[j+4]&15) << 4
- */
-static void pack_scales_k4(uint8_t packed[12], const uint8_t sc[8], const uint8_t m[8]) {
-    for (int j = 0; j < 4; j++) {
-        packed[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-        packed[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
-        packed[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
-    }
-}
 
 /* Least-squares a, b for x ~ a*L + b with the format's constraints b <= 0
  * (it can only subtract a min) and a >= 0. Returns the squared error. */
@@ -187,18 +169,18 @@ static void quantize_super_block_k4(const float *x, int nmax, uint16_t *d_out, u
         max_scale = fmaxf(max_scale, scales[j]);
         max_min = fmaxf(max_min, mins[j]);
     }
-    *d_out = half_scale(max_scale / 63.0f);
-    *dmin_out = half_scale(max_min / 63.0f);
+    *d_out = half_at_least(max_scale / 63.0f);
+    *dmin_out = half_at_least(max_min / 63.0f);
     const float d = mu_half_to_float(*d_out), dmin = mu_half_to_float(*dmin_out);
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; j++)
         choose_scale_min(x + 32 * j, nmax, d, dmin, scales[j], mins[j], &sc[j], &m[j], levels + 32 * j);
-    pack_scales_k4(packed, sc, m);
+    mu_pack_scales_k4(packed, sc, m);
 }
 
 /* ---- Q4_K ------------------------------------------------------------------
  *   offset 0   d, dmin    f16, f16
- *   offset 4   scales[12] eight 6-bit (sc, m) pairs, see pack_scales_k4
+ *   offset 4   scales[12] eight 6-bit (sc, m) pairs, see mu_pack_scales_k4
  *   offset 16  qs[128]    chunk c (64 weights) = bytes 32c..32c+31:
  *                         low nibbles: sub-block 2c, high nibbles: 2c+1
  *   y = (d*sc)*q - (dmin*m), q in 0..15
@@ -280,14 +262,8 @@ void mu_quant_row_q5_K(const float *src, void *dst, int64_t n) {
  * counterpart), keeps the least-squares s of the best candidate, then
  * reassigns levels to the nearest until the error stops falling. */
 static float fit_group_q6(const float *x) {
-    float amax = 0, max = 0;
-    for (int i = 0; i < 16; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    }
-    if (amax == 0) return 0;
+    const float max = mu_signed_absmax(x, 16);
+    if (max == 0) return 0;
     float best_score = -1, best_scale = 0;
     /* for a fixed level set the error is sum x^2 - (sum xL)^2 / sum L^2 */
     for (int step = -10; step <= 10; step++) {
@@ -378,7 +354,7 @@ void mu_quant_row_q6_K(const float *src, void *dst, int64_t n) {
         if (max_scale == 0) continue;
         /* the largest scale goes to -128, the int8 end with no +128 */
         const float d_wanted = max_scale / -128.0f;
-        out->d = half_scale(fabsf(d_wanted));
+        out->d = half_at_least(fabsf(d_wanted));
         if (d_wanted < 0) out->d |= 0x8000;
         const float d = mu_half_to_float(out->d);
         if (d == 0) continue;

@@ -20,8 +20,6 @@
 
 #include "util/error.h"
 
-#define MAX_HALF 65504.0f
-
 /* splitmix64: one multiply-xorshift round per 64 random bits. */
 static inline uint64_t next_random(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -50,12 +48,6 @@ static void avoid_minus_128(int8_t *q, int n) {
  * real weights, while keeping the overall standard deviation ~scale. */
 static inline float jitter(uint64_t bits) { return 0.875f + (float)(bits >> 40) * (0.25f / 16777216.0f); }
 
-static uint16_t half_scale(float v) {
-    float magnitude = fabsf(v) > MAX_HALF ? MAX_HALF : fabsf(v);
-    uint16_t h = mu_float_to_half(magnitude);
-    return (uint16_t)(v < 0 ? h | 0x8000 : h);
-}
-
 /* Plain floats, uniform on [-sqrt(3), sqrt(3)) * scale (std = scale). */
 static void random_floats(float *dst, int64_t n, uint64_t *state, float scale) {
     const float unit = 1.7320508f * scale * 0x1p-31f;
@@ -74,17 +66,12 @@ static void random_k4_header(uint16_t *d_out, uint16_t *dmin_out, uint8_t packed
                              float level_std, float level_mean) {
     uint64_t r = next_random(state);
     const float d = scale / (level_std * SUB_SCALE_MEAN) * jitter(r);
-    *d_out = half_scale(d);
-    *dmin_out = half_scale(mu_half_to_float(*d_out) * level_mean);
+    *d_out = mu_float_to_half_saturated(d);
+    *dmin_out = mu_float_to_half_saturated(mu_half_to_float(*d_out) * level_mean);
     uint8_t sc[8];
     for (int j = 0; j < 8; j++) sc[j] = SUB_SCALE_DRAW(r >> (4 * j));
-    /* m = sc, so dmin*m = d*sc*level_mean cancels the levels' mean; the
-     * packing is that of pack_scales_k4 with m equal to sc */
-    for (int j = 0; j < 4; j++) {
-        packed[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-        packed[j + 4] = packed[j];
-        packed[j + 8] = (uint8_t)((sc[j + 4] & 15) | (sc[j + 4] & 15) << 4);
-    }
+    /* m = sc, so dmin*m = d*sc*level_mean cancels the levels' mean */
+    mu_pack_scales_k4(packed, sc, sc);
 }
 
 int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, float scale) {
@@ -116,7 +103,7 @@ int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, f
         for (int64_t b = 0; b < blocks; b++) {
             uint64_t r = next_random(rng_state);
             const float d = scale / 4.61f * jitter(r);
-            out[b].d = half_scale(r & 1 ? -d : d);
+            out[b].d = mu_float_to_half_saturated(r & 1 ? -d : d);
             fill_random(out[b].qs, sizeof out[b].qs, rng_state);
         }
         return MUSER_OK;
@@ -126,7 +113,7 @@ int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, f
         /* uniform int8 on -127..127: standard deviation 73.6 */
         for (int64_t b = 0; b < blocks; b++) {
             uint64_t r = next_random(rng_state);
-            const uint16_t d = half_scale(scale / 73.6f * jitter(r));
+            const uint16_t d = mu_float_to_half_saturated(scale / 73.6f * jitter(r));
             int8_t *qs;
             if (type == MU_TYPE_Q8_0) {
                 mu_block_q8_0 *block = (mu_block_q8_0 *)dst + b;
@@ -142,7 +129,7 @@ int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, f
             if (type == MU_TYPE_Q8_1) {
                 int sum = 0;
                 for (int j = 0; j < 32; j++) sum += qs[j];
-                ((mu_block_q8_1 *)dst)[b].s = half_scale(mu_half_to_float(d) * (float)sum);
+                ((mu_block_q8_1 *)dst)[b].s = mu_float_to_half_saturated(mu_half_to_float(d) * (float)sum);
             }
         }
         return MUSER_OK;
@@ -154,11 +141,7 @@ int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, f
             out[b].d = scale / 73.6f * jitter(r) * (r & 1 ? -1.0f : 1.0f);
             fill_random(out[b].qs, sizeof out[b].qs, rng_state);
             avoid_minus_128(out[b].qs, MU_QK_K);
-            for (int g = 0; g < 16; g++) {
-                int sum = 0;
-                for (int j = 0; j < 16; j++) sum += out[b].qs[16 * g + j];
-                out[b].bsums[g] = (int16_t)sum;
-            }
+            mu_q8_K_fill_bsums(&out[b]);
         }
         return MUSER_OK;
     }
@@ -183,7 +166,7 @@ int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, f
         mu_block_q6_K *out = dst;
         for (int64_t b = 0; b < blocks; b++) {
             uint64_t r = next_random(rng_state);
-            out[b].d = half_scale(scale / (18.47f * SUB_SCALE_MEAN) * jitter(r));
+            out[b].d = mu_float_to_half_saturated(scale / (18.47f * SUB_SCALE_MEAN) * jitter(r));
             uint64_t draws = next_random(rng_state), signs = next_random(rng_state);
             for (int g = 0; g < 16; g++) {
                 const int sc = SUB_SCALE_DRAW(draws >> (4 * g));
