@@ -56,6 +56,7 @@ enum mu_type {
 #define MU_QK_K 256
 #define MU_QK8_0 32
 #define MU_QK4_0 32
+#define MU_QK8_1 32
 
 typedef void (*mu_dequant_row_fn)(const void *src, float *dst, int64_t n);
 typedef void (*mu_quant_row_fn)(const float *src, void *dst, int64_t n);
@@ -74,8 +75,9 @@ const char *mu_type_name(uint32_t type); /* "?" for invalid ids */
 /* Parses "q4_k", "Q8_0", "f16", ... (case-insensitive); -1 if unknown. */
 int mu_type_from_name(const char *name);
 
-/* Bytes of a row of n elements; 0 if n is not a multiple of the block or
- * the type is invalid. No overflow for n < 2^62. */
+/* Bytes of a row of n elements; 0 if n is negative or not a multiple of
+ * the block, the type is invalid, or the count does not fit in 64 bits (it
+ * never wraps: every n < 2^61 of a valid type gives the true count). */
 uint64_t mu_row_bytes(uint32_t type, int64_t n);
 
 /* ---- half precision -------------------------------------------------- */
@@ -107,6 +109,10 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d;
 /* Q8_K: activation format for K-quant dot products. d is f32;
  * bsums[g] = sum of qs over the 16-element group g. */
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } mu_block_q8_K;
+/* Q8_1: activation format of 32-element blocks (llama.cpp's CUDA matvecs).
+ * d: f16 scale, s: f16 d*sum(qs) (this CPU reference; CUDA stores the sum
+ * of the float inputs instead). y = d*q */
+typedef struct { uint16_t d, s; int8_t qs[32]; } mu_block_q8_1;
 
 _Static_assert(sizeof(mu_block_q4_0) == 18, "q4_0 size");
 _Static_assert(sizeof(mu_block_q8_0) == 34, "q8_0 size");
@@ -114,6 +120,7 @@ _Static_assert(sizeof(mu_block_q4_K) == 144, "q4_K size");
 _Static_assert(sizeof(mu_block_q5_K) == 176, "q5_K size");
 _Static_assert(sizeof(mu_block_q6_K) == 210, "q6_K size");
 _Static_assert(sizeof(mu_block_q8_K) == 292, "q8_K size");
+_Static_assert(sizeof(mu_block_q8_1) == 36, "q8_1 size");
 
 /* Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
 static inline void mu_get_scale_min_k4(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
@@ -126,7 +133,53 @@ static inline void mu_get_scale_min_k4(int j, const uint8_t *s, uint8_t *sc, uin
     }
 }
 
-/* Dequantizes a whole row of any computable type (dispatch on traits). */
+/* Dequantizes a whole row of any computable type (dispatch on traits).
+ * Returns MUSER_OK, or MUSER_EUNSUPPORTED / MUSER_EINVAL (message set). */
 int mu_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+/* Quantizes a row of n floats into blocks of `type`; same returns. */
+int mu_quant_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* ---- per-format scalar references (n: a multiple of the block) -------- *
+ * Dequantization follows ggml's float operation order exactly, so results
+ * are bit-identical to ggml's dequantize_row_*. Quantizers: Q4_0, Q8_0, Q8_1
+ * and Q8_K follow ggml's reference rules bit for bit (except that a block
+ * scale beyond the f16 range saturates at 65504 where ggml would store inf);
+ * Q4_K, Q5_K and Q6_K use Muser's own least-squares search (same format,
+ * slightly lower error than ggml's reference quantizers). */
+void mu_dequant_row_f32(const void *src, float *dst, int64_t n);
+void mu_dequant_row_f16(const void *src, float *dst, int64_t n);
+void mu_dequant_row_bf16(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q4_0(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q8_0(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q8_1(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q4_K(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q5_K(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q6_K(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q8_K(const void *src, float *dst, int64_t n);
+
+void mu_quant_row_f32(const float *src, void *dst, int64_t n);
+void mu_quant_row_f16(const float *src, void *dst, int64_t n);
+void mu_quant_row_bf16(const float *src, void *dst, int64_t n);
+/* d = max/-8 (max: the signed value of largest |x|), q = min(15, floor(x*(1/d) + 8.5)) */
+void mu_quant_row_q4_0(const float *src, void *dst, int64_t n);
+/* d = amax/127, q = roundf(x * (1/d)) */
+void mu_quant_row_q8_0(const float *src, void *dst, int64_t n);
+/* as Q8_0, plus s = f16(d * sum(q)) */
+void mu_quant_row_q8_1(const float *src, void *dst, int64_t n);
+void mu_quant_row_q4_K(const float *src, void *dst, int64_t n);
+void mu_quant_row_q5_K(const float *src, void *dst, int64_t n);
+void mu_quant_row_q6_K(const float *src, void *dst, int64_t n);
+/* Spec 7: max = the signed x of largest |x| (first wins), iscale = -127/max,
+ * q = min(127, nearest_even(iscale*x)), d = 1/iscale, bsums per 16. */
+void mu_quant_row_q8_K(const float *src, void *dst, int64_t n);
+
+/* ---- synthetic weights -------------------------------------------------- *
+ * Writes n elements of random but valid, well-scaled blocks of `type`
+ * directly (no quantization search; for writing large synthetic models
+ * fast). Dequantized values have mean ~0 and standard deviation ~scale;
+ * halves are always finite. rng_state is any seed, advanced in place.
+ * Types: F32, F16, BF16, Q4_0, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K. Returns
+ * MUSER_OK, or MUSER_EUNSUPPORTED / MUSER_EINVAL with nothing written. */
+int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, float scale);
 
 #endif

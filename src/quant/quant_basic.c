@@ -1,0 +1,171 @@
+/* quant_basic.c — scalar reference rows for the plain and 32-element
+ * formats (F32, F16, BF16, Q4_0, Q8_0, Q8_1) and the Q8_K activations.
+ *
+ * The quantizers here are the fixed rules llama.cpp uses (no search), so
+ * the bytes they write are identical to ggml's reference quantizers, except
+ * that a block scale beyond the f16 range (inputs beyond ~8e6) saturates at
+ * 65504 where ggml would store inf.
+ */
+#include "quant/quant_impl.h"
+
+#include <math.h>
+
+/* Converts an already rounded value to int within [lo, hi]; NaN gives lo
+ * (a plain cast of NaN or of a huge value would be undefined). */
+static int clamp_to_int(float v, int lo, int hi) {
+    if (!(v >= (float)lo)) return lo;
+    if (v > (float)hi) return hi;
+    return (int)v;
+}
+
+/* ---- F32, F16, BF16: plain little-endian arrays along ne[0] ------------ */
+
+void mu_dequant_row_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+void mu_quant_row_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+
+void mu_dequant_row_f16(const void *src, float *dst, int64_t n) {
+    const uint16_t *halves = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = mu_half_to_float(halves[i]);
+}
+
+void mu_quant_row_f16(const float *src, void *dst, int64_t n) {
+    uint16_t *halves = dst;
+    for (int64_t i = 0; i < n; i++) halves[i] = mu_float_to_half(src[i]);
+}
+
+void mu_dequant_row_bf16(const void *src, float *dst, int64_t n) {
+    const uint16_t *halves = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = mu_bfloat_to_float(halves[i]);
+}
+
+void mu_quant_row_bf16(const float *src, void *dst, int64_t n) {
+    uint16_t *halves = dst;
+    for (int64_t i = 0; i < n; i++) halves[i] = mu_float_to_bfloat(src[i]);
+}
+
+/* ---- Q4_0 ------------------------------------------------------------------
+ *   offset 0  d      f16
+ *   offset 2  qs[16] byte j: low nibble = q[j], high nibble = q[j+16]
+ *   y[j] = (q[j] - 8) * d,  q in 0..15
+ */
+void mu_dequant_row_q4_0(const void *src, float *dst, int64_t n) {
+    const mu_block_q4_0 *blocks = src;
+    for (int64_t b = 0; b < n / MU_QK4_0; b++, dst += MU_QK4_0) {
+        const float d = mu_half_to_float(blocks[b].d);
+        for (int j = 0; j < MU_QK4_0 / 2; j++) {
+            dst[j] = (float)((blocks[b].qs[j] & 0x0F) - 8) * d;
+            dst[j + MU_QK4_0 / 2] = (float)((blocks[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void mu_quant_row_q4_0(const float *src, void *dst, int64_t n) {
+    mu_block_q4_0 *blocks = dst;
+    for (int64_t b = 0; b < n / MU_QK4_0; b++, src += MU_QK4_0) {
+        /* the signed max lands on the -8 end, the one with no +8 counterpart */
+        const float d = mu_signed_absmax(src, MU_QK4_0) / -8.0f;
+        const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+        blocks[b].d = mu_float_to_half_saturated(d);
+        for (int j = 0; j < MU_QK4_0 / 2; j++) {
+            /* x*inverse is in [-8, 8], so +8.5 is positive and floor rounds half up */
+            int lo = clamp_to_int(floorf(src[j] * inverse + 8.5f), 0, 15);
+            int hi = clamp_to_int(floorf(src[j + MU_QK4_0 / 2] * inverse + 8.5f), 0, 15);
+            blocks[b].qs[j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+/* ---- Q8_0 ------------------------------------------------------------------
+ *   offset 0  d       f16
+ *   offset 2  qs[32]  int8
+ *   y = q * d
+ */
+void mu_dequant_row_q8_0(const void *src, float *dst, int64_t n) {
+    const mu_block_q8_0 *blocks = src;
+    for (int64_t b = 0; b < n / MU_QK8_0; b++, dst += MU_QK8_0) {
+        const float d = mu_half_to_float(blocks[b].d);
+        for (int j = 0; j < MU_QK8_0; j++) dst[j] = (float)blocks[b].qs[j] * d;
+    }
+}
+
+/* d = amax/127 and q = roundf(x/d), with 1/d taken before d is rounded to
+ * f16 (as ggml does). Returns d (f32) and the sum of the q. */
+static float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127.0f;
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    int total = 0;
+    for (int j = 0; j < 32; j++) {
+        int q = clamp_to_int(roundf(x[j] * inverse), -127, 127); /* clamps only NaN/inf input */
+        qs[j] = (int8_t)q;
+        total += q;
+    }
+    *sum = total;
+    return d;
+}
+
+void mu_quant_row_q8_0(const float *src, void *dst, int64_t n) {
+    mu_block_q8_0 *blocks = dst;
+    for (int64_t b = 0; b < n / MU_QK8_0; b++, src += MU_QK8_0) {
+        int sum;
+        blocks[b].d = mu_float_to_half_saturated(quantize_block_q8(src, blocks[b].qs, &sum));
+    }
+}
+
+/* ---- Q8_1 ------------------------------------------------------------------
+ *   offset 0  d       f16
+ *   offset 2  s       f16   d * sum(q)
+ *   offset 4  qs[32]  int8
+ *   y = q * d
+ */
+void mu_dequant_row_q8_1(const void *src, float *dst, int64_t n) {
+    const mu_block_q8_1 *blocks = src;
+    for (int64_t b = 0; b < n / MU_QK8_1; b++, dst += MU_QK8_1) {
+        const float d = mu_half_to_float(blocks[b].d);
+        for (int j = 0; j < MU_QK8_1; j++) dst[j] = (float)blocks[b].qs[j] * d;
+    }
+}
+
+void mu_quant_row_q8_1(const float *src, void *dst, int64_t n) {
+    mu_block_q8_1 *blocks = dst;
+    for (int64_t b = 0; b < n / MU_QK8_1; b++, src += MU_QK8_1) {
+        int sum;
+        const float d = quantize_block_q8(src, blocks[b].qs, &sum);
+        blocks[b].d = mu_float_to_half_saturated(d);
+        blocks[b].s = mu_float_to_half_saturated((float)sum * d);
+    }
+}
+
+/* ---- Q8_K (activations for K-quant dot products) ------------------------------
+ *   offset 0    d          f32 (may be negative: it carries the sign of max)
+ *   offset 4    qs[256]    int8
+ *   offset 260  bsums[16]  int16, bsums[g] = sum of qs[16g .. 16g+15]
+ *   y = d * q
+ */
+void mu_dequant_row_q8_K(const void *src, float *dst, int64_t n) {
+    const mu_block_q8_K *blocks = src;
+    for (int64_t b = 0; b < n / MU_QK_K; b++, dst += MU_QK_K) {
+        for (int j = 0; j < MU_QK_K; j++) dst[j] = blocks[b].d * (float)blocks[b].qs[j];
+    }
+}
+
+void mu_quant_row_q8_K(const float *src, void *dst, int64_t n) {
+    mu_block_q8_K *blocks = dst;
+    for (int64_t b = 0; b < n / MU_QK_K; b++, src += MU_QK_K) {
+        mu_block_q8_K *out = &blocks[b];
+        const float max = mu_signed_absmax(src, MU_QK_K);
+        if (max == 0.0f) {
+            memset(out, 0, sizeof *out);
+            continue;
+        }
+        /* -127 rather than -128 keeps q symmetric, so -q never overflows int8 */
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < MU_QK_K; j++) {
+            int q = mu_nearest_int(iscale * src[j]);
+            out->qs[j] = (int8_t)(q > 127 ? 127 : q < -128 ? -128 : q);
+        }
+        mu_q8_K_fill_bsums(out);
+        out->d = 1.0f / iscale;
+    }
+}
