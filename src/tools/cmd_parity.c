@@ -14,8 +14,34 @@ static void usage(FILE *out) {
             "usage: muser parity -m MODEL --tokens FILE --ref FILE [--mode decode|prefill]\n"
             "                    [--backend cpu|ref|cuda] [--kv f16|f32] [--lane exact|fast] [-t THREADS] [--json]\n"
             "Feeds the tokens (no BOS is added) and compares the logits at every position with the\n"
-            "reference: max |delta|, RMS delta, mean and max KL(reference || ours), top-1 agreement\n"
+            "reference (a float32 [positions][n_vocab] file, or `float64` for the float64 reference backend): max |delta|, RMS delta, mean and max KL(reference || ours), top-1 agreement\n"
             "over all positions and over decisive ones (reference top-1 leads top-2 by >= 0.5).\n");
+}
+
+/* Logits from the float64 reference backend, token by token. */
+static float *reference_logits(muser_model *model, const muser_token *tokens, int n, const muser_session_params *sp,
+                               int V) {
+    muser_session_params rp = *sp;
+    rp.backend = MUSER_BACKEND_REF;
+    if (rp.n_ctx == 0 || rp.n_ctx < n) rp.n_ctx = n;
+    muser_session *s = NULL;
+    float *out = malloc((size_t)n * V * sizeof(float));
+    if (!out || muser_session_new(model, &rp, &s) != 0) {
+        fprintf(stderr, "muser parity: %s\n", muser_last_error());
+        free(out);
+        return NULL;
+    }
+    for (int p = 0; p < n; p++) {
+        if (muser_session_feed(s, tokens + p, 1, false) != 0) {
+            fprintf(stderr, "muser parity: %s\n", muser_last_error());
+            free(out);
+            out = NULL;
+            break;
+        }
+        memcpy(out + (size_t)p * V, muser_session_logits(s), V * sizeof(float));
+    }
+    muser_session_free(s);
+    return out;
 }
 
 int cmd_parity(int argc, char **argv) {
@@ -64,10 +90,15 @@ int cmd_parity(int argc, char **argv) {
     muser_model_get_info(model, &info);
     const int V = info.n_vocab;
     size_t ref_size = 0;
-    float *ref = mu_tool_read_file(ref_path, &ref_size);
     int rc = 1;
-    float *ours = NULL;
+    float *ours = NULL, *ref = NULL;
     muser_session *s = NULL;
+    if (!strcmp(ref_path, "float64")) {
+        ref = reference_logits(model, tokens, n_tokens, &sp, V);
+        ref_size = ref ? (size_t)n_tokens * V * sizeof(float) : 0;
+    } else {
+        ref = mu_tool_read_file(ref_path, &ref_size);
+    }
     if (!ref) goto out;
     if (ref_size == 0 || ref_size % ((size_t)V * sizeof(float))) {
         fprintf(stderr, "muser parity: %s: %zu bytes is not a whole number of rows of %d float32 logits\n", ref_path,
