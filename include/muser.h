@@ -114,6 +114,24 @@ void muser_session_reset(muser_session *s);
  * covers it; the session is then unchanged. */
 int muser_session_truncate(muser_session *s, int pos);
 
+/* Makes the session hold exactly tokens[0..n): keeps the longest common
+ * prefix of what it holds (truncating the rest; a sliding ring that cannot
+ * rewind falls back to a full re-feed), then feeds the remaining tokens
+ * with last-position logits. *reused (may be NULL) receives the number of
+ * tokens kept. Prompt caching for chat and the server. */
+int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused);
+/* The tokens the session holds (muser_session_pos of them). */
+const muser_token *muser_session_tokens(const muser_session *s);
+
+/* Bytes the next decoded token reads: every weight byte plus the KV rows
+ * visible at the current position (the session's cache type). */
+uint64_t muser_session_bytes_per_token(const muser_session *s);
+
+/* A string metadata value of the model file (e.g. "tokenizer.chat_template");
+ * NULL when absent or not a string. The pointer stays valid with the model;
+ * *len receives the length (the value is not NUL-terminated). */
+const char *muser_model_meta_str(const muser_model *model, const char *key, size_t *len);
+
 /* ---- text ------------------------------------------------------------------ */
 
 /* Tokenize UTF-8 text. add_bos follows the caller (use muser_vocab_add_bos

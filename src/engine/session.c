@@ -16,6 +16,7 @@ struct muser_session {
     int pos;
     float *logits;     /* [logit_rows][n_vocab] */
     int logit_rows, logit_cap;
+    muser_token *history; /* [n_ctx] the tokens held */
 };
 
 int muser_model_load(const char *path, muser_model **out) {
@@ -97,6 +98,11 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
 
     muser_session *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(MUSER_ENOMEM, "out of memory");
+    s->history = malloc(sizeof(muser_token) * (size_t)cfg.n_ctx);
+    if (!s->history) {
+        free(s);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
     s->model = model;
     s->cfg = cfg;
     int rc;
@@ -117,6 +123,7 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
     default: rc = mu_fail(MUSER_EINVAL, "unknown backend %d", (int)p.backend);
     }
     if (rc) {
+        free(s->history);
         free(s);
         return rc;
     }
@@ -129,6 +136,7 @@ void muser_session_free(muser_session *s) {
     if (!s) return;
     if (s->backend) s->backend->ops->free(s->backend);
     free(s->logits);
+    free(s->history);
     free(s);
 }
 
@@ -164,6 +172,7 @@ int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool 
             s->logit_rows = 0;
             return rc;
         }
+        memcpy(s->history + s->pos, tokens + done, sizeof(muser_token) * (size_t)chunk);
         s->pos += chunk;
         done += chunk;
     }
@@ -198,4 +207,35 @@ int muser_session_truncate(muser_session *s, int pos) {
     s->pos = pos;
     s->logit_rows = 0;
     return 0;
+}
+
+int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused) {
+    if (reused) *reused = 0;
+    if (n <= 0) return mu_fail(MUSER_EINVAL, "empty prompt");
+    if (n > s->cfg.n_ctx)
+        return mu_fail(MUSER_ECONTEXT, "the prompt has %d tokens but the context holds %d", n, s->cfg.n_ctx);
+    int common = 0;
+    while (common < s->pos && common < n && s->history[common] == tokens[common]) common++;
+    /* Logits are needed for the last prompt token: re-feed it if it is held. */
+    if (common == n) common--;
+    if (common < s->pos && muser_session_truncate(s, common) != 0) {
+        muser_session_reset(s);
+        common = 0;
+    }
+    if (reused) *reused = common;
+    return muser_session_feed(s, tokens + common, n - common, false);
+}
+
+const muser_token *muser_session_tokens(const muser_session *s) { return s->history; }
+
+uint64_t muser_session_bytes_per_token(const muser_session *s) {
+    int elem = s->cfg.kv_type == MUSER_KV_F32 ? 4 : 2;
+    return s->model->weight_bytes_per_token + mu_model_kv_bytes_per_token(s->model, s->pos, elem);
+}
+
+const char *muser_model_meta_str(const muser_model *model, const char *key, size_t *len) {
+    gguf_str v;
+    if (gguf_get_str(model->file, key, &v) != 1) return NULL;
+    if (len) *len = (size_t)v.len;
+    return v.ptr;
 }
