@@ -1,5 +1,6 @@
 /* session.c — the public model and session API (include/muser.h): loading,
  * backend selection, and feeding tokens in chunks of n_batch. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,35 @@ int muser_model_load(const char *path, muser_model **out) {
     return 0;
 }
 
+int muser_model_load_vocab(const char *path, muser_model **out) {
+    *out = NULL;
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f);
+    if (rc) return rc;
+    mu_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        gguf_close(f);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
+    m->file = f;
+    gguf_str s;
+    if (gguf_get_str(f, "general.architecture", &s) == 1) gguf_str_copy(s, m->arch_name, sizeof m->arch_name);
+    if (gguf_get_str(f, "general.name", &s) == 1) gguf_str_copy(s, m->name, sizeof m->name);
+    /* A file with weights bounds the vocabulary by its embedding rows. */
+    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
+    int bound = (embd && embd->n_dims == 2 && embd->ne[1] > 0 && embd->ne[1] <= INT32_MAX) ? (int)embd->ne[1] : 0;
+    rc = mu_vocab_load(f, bound, &m->vocab);
+    if (!rc && !m->vocab) rc = mu_fail(MUSER_EFORMAT, "%s: the file has no tokenizer (tokenizer.ggml.* metadata)", path);
+    if (rc) {
+        free(m);
+        gguf_close(f);
+        return rc;
+    }
+    m->hp.n_vocab = bound ? bound : mu_vocab_n_tokens(m->vocab);
+    *out = m; /* layers stay NULL: the mark of a tokenizer-only model */
+    return 0;
+}
+
 void muser_model_free(muser_model *m) {
     if (!m) return;
     mu_vocab_free(m->vocab);
@@ -77,6 +107,10 @@ muser_session_params muser_session_default_params(void) {
 
 int muser_session_new(const muser_model *model, const muser_session_params *params, muser_session **out) {
     *out = NULL;
+    if (!model) return mu_fail(MUSER_EINVAL, "session: model is NULL");
+    if (!model->layers)
+        return mu_fail(MUSER_EINVAL, "the model was loaded with muser_model_load_vocab (tokenizer only) and cannot run; "
+                                     "load it with muser_model_load");
     muser_session_params p = params ? *params : muser_session_default_params();
     const mu_hparams *hp = &model->hp;
     mu_session_config cfg;

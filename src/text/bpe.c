@@ -1,0 +1,232 @@
+/* bpe.c — byte-level BPE: the merge table and the merge loop.
+ *
+ * Everything works on raw bytes: token texts and merges are decoded from
+ * the GPT-2 spelling once at load. A merge "A B" (rank = its index in
+ * tokenizer.ggml.merges) becomes (symbol(A), symbol(B)) -> (rank,
+ * symbol(AB)) in a hash map, where a symbol is the token id of a byte
+ * string, or a virtual id (>= n_tokens) for a string that merges build
+ * but that is not a token (llama.cpp merges by text, so such strings can
+ * appear; they come out as their byte tokens at the end).
+ *
+ * The merge loop is llama.cpp's: repeatedly merge the adjacent pair with
+ * the lowest rank, leftmost first on ties, until no adjacent pair has a
+ * rank. A binary heap with lazy deletion makes it O(n log n) per piece, so
+ * megabyte-long pieces (runs of spaces, minified code) stay fast.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/utf8.h"
+#include "text/vocab_internal.h"
+#include "util/error.h"
+
+typedef struct merge_entry {
+    uint32_t off;        /* left bytes then right bytes, in the temp arena */
+    uint32_t left_len;
+    int32_t result;      /* symbol of left+right, or -1: unusable merge    */
+} merge_entry;           /* the right part ends where the next one starts  */
+
+/* The symbol of a byte string: token, else virtual, else -1. */
+static int32_t symbol_of(const struct mu_vocab *v, const mu_strmap *virt, const char *arena, const char *s, size_t n) {
+    int32_t id = mu_strmap_get(&v->token_map, v->key_arena, s, n);
+    return id >= 0 ? id : mu_strmap_get(virt, arena, s, n);
+}
+
+int mu_bpe_load_merges(struct mu_vocab *v, const gguf_kv *kv) {
+    if (kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_STRING)
+        return mu_fail(MUSER_EFORMAT, "tokenizer.ggml.merges must be an array of strings");
+    if (kv->arr_count > INT32_MAX / 2) return mu_fail(MUSER_EFORMAT, "tokenizer.ggml.merges has too many entries");
+    const size_t n_merges = (size_t)kv->arr_count;
+    uint64_t total = 256;
+    for (size_t i = 0; i < n_merges; i++) total += kv->arr_strs[i].len;
+    if (total >= UINT32_MAX) return mu_fail(MUSER_EFORMAT, "tokenizer.ggml.merges holds more than 4 GiB of text");
+
+    merge_entry *me = malloc((n_merges ? n_merges : 1) * sizeof *me);
+    char *arena = malloc(total);
+    mu_strmap virt = {0};
+    int rc = (!me || !arena) ? mu_fail(MUSER_ENOMEM, "out of memory loading merges") : mu_strmap_init(&virt, 4096);
+    if (rc) goto done;
+
+    /* Single bytes first: every byte is a symbol even without a token. */
+    int32_t next_virtual = v->n_tokens;
+    for (int b = 0; b < 256; b++) {
+        arena[b] = (char)b;
+        int32_t id = mu_strmap_get(&v->token_map, v->key_arena, arena + b, 1);
+        v->byte_token[b] = id;
+        if (id < 0) {
+            id = next_virtual++;
+            if ((rc = mu_strmap_put(&virt, arena, (uint32_t)b, 1, id))) goto done;
+        }
+        v->byte_symbol[b] = id;
+    }
+
+    /* Pass 1: decode every merge and give its result a symbol. */
+    uint64_t used = 256;
+    size_t n_unusable = 0;
+    for (size_t i = 0; i < n_merges; i++) {
+        const gguf_str m = kv->arr_strs[i];
+        me[i].result = -1;
+        const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
+        if (!sp) {
+            rc = mu_fail(MUSER_EFORMAT, "tokenizer.ggml.merges[%zu] has no space between its two parts", i);
+            goto done;
+        }
+        size_t llen = (size_t)(sp - m.ptr), rlen = m.len - llen - 1;
+        long l = mu_gpt2_decode(m.ptr, llen, arena + used);
+        long r = l < 0 ? -1 : mu_gpt2_decode(sp + 1, rlen, arena + used + (size_t)l);
+        if (l <= 0 || r <= 0) {
+            n_unusable++; /* a part outside the byte alphabet can never be built */
+            continue;
+        }
+        me[i].off = (uint32_t)used;
+        me[i].left_len = (uint32_t)l;
+        int32_t sym = symbol_of(v, &virt, arena, arena + used, (size_t)(l + r));
+        if (sym < 0) {
+            if (next_virtual == INT32_MAX) {
+                rc = mu_fail(MUSER_EFORMAT, "too many merges");
+                goto done;
+            }
+            sym = next_virtual++;
+            if ((rc = mu_strmap_put(&virt, arena, (uint32_t)used, (uint32_t)(l + r), sym))) goto done;
+        }
+        me[i].result = sym;
+        used += (uint64_t)(l + r);
+    }
+
+    /* Pass 2: key each merge by the symbols of its parts. */
+    if ((rc = mu_pairmap_init(&v->merges, n_merges))) goto done;
+    uint32_t end = (uint32_t)used;
+    for (size_t i = n_merges; i-- > 0;) {
+        if (me[i].result < 0) continue;
+        const char *p = arena + me[i].off;
+        uint32_t right_len = end - me[i].off - me[i].left_len;
+        end = me[i].off;
+        int32_t left = symbol_of(v, &virt, arena, p, me[i].left_len);
+        int32_t right = symbol_of(v, &virt, arena, p + me[i].left_len, right_len);
+        if (left < 0 || right < 0) {
+            n_unusable++; /* a part no merge builds: it never appears */
+            continue;
+        }
+        mu_pairmap_put_lowest(&v->merges, left, right, (int32_t)i, me[i].result);
+    }
+    if (n_unusable) mu_info("tokenizer: %zu of %zu merges can never apply and were skipped", n_unusable, n_merges);
+done:
+    mu_strmap_free(&virt);
+    free(arena);
+    free(me);
+    return rc;
+}
+
+typedef struct bpe_symbol {
+    int32_t sym;          /* token or virtual id                      */
+    int32_t prev, next;   /* neighbours in the piece, -1 at the ends  */
+    uint32_t start, len;  /* bytes of the piece it covers; len 0: merged away */
+} bpe_symbol;
+
+typedef struct bpe_pair {
+    int32_t rank, left, right;   /* symbol indexes in the piece        */
+    int32_t left_sym, right_sym; /* what they were when queued         */
+    int32_t result;
+} bpe_pair;
+
+static inline bool pair_before(const bpe_pair *a, const bpe_pair *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(bpe_pair *h, size_t *n, bpe_pair p) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!pair_before(&p, &h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = p;
+}
+
+static bpe_pair heap_pop(bpe_pair *h, size_t *n) {
+    bpe_pair top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && pair_before(&h[c + 1], &h[c])) c++;
+        if (!pair_before(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = last;
+    return top;
+}
+
+static void queue_pair(const struct mu_vocab *v, const bpe_symbol *s, int32_t left, bpe_pair *h, size_t *nh) {
+    if (left < 0) return;
+    int32_t right = s[left].next;
+    if (right < 0) return;
+    const mu_pairmap_slot *m = mu_pairmap_get(&v->merges, s[left].sym, s[right].sym);
+    if (!m) return;
+    bpe_pair p = {m->rank, left, right, s[left].sym, s[right].sym, m->result};
+    heap_push(h, nh, p);
+}
+
+static int grow(void **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 4096;
+    while (c < need) c *= 2;
+    void *p = realloc(*buf, c);
+    if (!p) return mu_fail(MUSER_ENOMEM, "out of memory tokenizing");
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out) {
+    if (n == 0) return 0;
+    if (n > INT32_MAX / 4) return mu_fail(MUSER_EINVAL, "a pre-tokenized piece of %zu bytes is too long", n);
+    if (v->ignore_merges || n == 1) {
+        int32_t id = mu_strmap_get(&v->token_map, v->key_arena, s, n);
+        if (id >= 0) {
+            mu_tok_emit(out, id);
+            return 0;
+        }
+    }
+    int rc = grow(&sc->buf, &sc->cap, n * sizeof(bpe_symbol));
+    if (!rc) rc = grow(&sc->heap, &sc->heap_cap, 3 * n * sizeof(bpe_pair));
+    if (rc) return rc;
+    bpe_symbol *sym = sc->buf;
+    bpe_pair *heap = sc->heap;
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++) {
+        sym[i].sym = v->byte_symbol[(uint8_t)s[i]];
+        sym[i].prev = (int32_t)i - 1;
+        sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+        sym[i].start = (uint32_t)i;
+        sym[i].len = 1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) queue_pair(v, sym, (int32_t)i, heap, &nh);
+    while (nh) {
+        bpe_pair p = heap_pop(heap, &nh);
+        bpe_symbol *l = &sym[p.left], *r = &sym[p.right];
+        /* Skip entries made stale by earlier merges. */
+        if (!l->len || !r->len || l->next != p.right || l->sym != p.left_sym || r->sym != p.right_sym) continue;
+        l->sym = p.result;
+        l->len += r->len;
+        r->len = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = p.left;
+        queue_pair(v, sym, l->prev, heap, &nh);
+        queue_pair(v, sym, p.left, heap, &nh);
+    }
+    for (int32_t i = 0; i >= 0; i = sym[i].next) {
+        if (sym[i].sym < v->n_tokens) {
+            mu_tok_emit(out, sym[i].sym);
+            continue;
+        }
+        /* Not a token: its bytes, each as its byte token (if it has one). */
+        for (uint32_t k = 0; k < sym[i].len; k++) {
+            int32_t b = v->byte_token[(uint8_t)s[sym[i].start + k]];
+            if (b >= 0) mu_tok_emit(out, b);
+        }
+    }
+    return 0;
+}

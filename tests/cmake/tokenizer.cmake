@@ -1,0 +1,13 @@
+# Tokenizer tests: vocabularies and test vectors (tests/data/vocab, and the
+# big ones from the shared data dir), the CLI, and a libFuzzer target.
+muser_c_test(tokenizer LABELS unit)
+target_compile_definitions(test_tokenizer PRIVATE MUSER_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
+
+if(MUSER_FUZZ)
+  add_executable(fuzz_tokenize tests/fuzz/fuzz_tokenize.c)
+  target_link_libraries(fuzz_tokenize PRIVATE muser_core)
+  target_compile_definitions(fuzz_tokenize PRIVATE
+    MUSER_FUZZ_VOCAB="${CMAKE_SOURCE_DIR}/tests/data/vocab/nano-vocab.gguf")
+  target_compile_options(fuzz_tokenize PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_tokenize PRIVATE -fsanitize=fuzzer,address,undefined)
+endif()
