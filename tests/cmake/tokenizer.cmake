@@ -2,6 +2,7 @@
 # big ones from the shared data dir), the CLI, and a libFuzzer target.
 muser_c_test(tokenizer LABELS unit)
 target_compile_definitions(test_tokenizer PRIVATE MUSER_MODELS_DIR="${CMAKE_SOURCE_DIR}/models")
+muser_sh_test(tokenize LABELS unit)
 
 if(MUSER_FUZZ)
   add_executable(fuzz_tokenize tests/fuzz/fuzz_tokenize.c)
