@@ -408,8 +408,8 @@ int mu_vocab_load(const gguf_file *f, int n_vocab, struct mu_vocab **out) {
         }
         v->pretok = mu_pretok_find(v->pre_name);
         if (!v->pretok) {
-            rc = mu_fail(MUSER_EUNSUPPORTED, "%s: unknown pre-tokenizer tokenizer.ggml.pre = '%s' (supported: %s)",
-                         f->path, v->pre_name, mu_pretok_known_names());
+            rc = mu_fail(MUSER_EUNSUPPORTED, "unknown pre-tokenizer tokenizer.ggml.pre = '%s' (supported: %s)",
+                         v->pre_name, mu_pretok_known_names());
             goto fail;
         }
         /* llama.cpp's BPE defaults are 11 for both; they rarely matter. */
@@ -425,7 +425,7 @@ int mu_vocab_load(const gguf_file *f, int n_vocab, struct mu_vocab **out) {
     if (kind == MU_VOCAB_BPE) {
         const gguf_kv *merges = gguf_find(f, "tokenizer.ggml.merges");
         if (!merges) {
-            rc = mu_fail(MUSER_EFORMAT, "%s: byte-level BPE vocabulary without tokenizer.ggml.merges", f->path);
+            rc = mu_fail(MUSER_EFORMAT, "byte-level BPE vocabulary without tokenizer.ggml.merges");
             goto fail;
         }
         if ((rc = mu_bpe_load_merges(v, merges))) goto fail;

@@ -5,6 +5,9 @@ target_compile_definitions(test_tokenizer PRIVATE MUSER_MODELS_DIR="${CMAKE_SOUR
 muser_sh_test(tokenize LABELS unit)
 
 if(MUSER_FUZZ)
+  # Coverage feedback from the library itself (not only the target), so the
+  # fuzzer can steer into the pre-tokenizer, BPE and special-token paths.
+  target_compile_options(muser_core PRIVATE -fsanitize=fuzzer-no-link)
   add_executable(fuzz_tokenize tests/fuzz/fuzz_tokenize.c)
   target_link_libraries(fuzz_tokenize PRIVATE muser_core)
   target_compile_definitions(fuzz_tokenize PRIVATE
