@@ -109,6 +109,16 @@ int mu_bpe_load_merges(struct mu_vocab *v, const gguf_kv *kv) {
         }
         mu_pairmap_put_lowest(&v->merges, left, right, (int32_t)i, me[i].result);
     }
+    v->byte_merge = malloc(256 * 256 * sizeof *v->byte_merge);
+    if (!v->byte_merge) {
+        rc = mu_fail(MUSER_ENOMEM, "out of memory loading merges");
+        goto done;
+    }
+    for (int a = 0; a < 256; a++)
+        for (int b = 0; b < 256; b++) {
+            const mu_pairmap_slot *m = mu_pairmap_get(&v->merges, v->byte_symbol[a], v->byte_symbol[b]);
+            v->byte_merge[256 * a + b] = m ? (struct mu_byte_merge){m->rank, m->result} : (struct mu_byte_merge){-1, -1};
+        }
     if (n_unusable) mu_info("tokenizer: %zu of %zu merges can never apply and were skipped", n_unusable, n_merges);
 done:
     mu_strmap_free(&virt);
@@ -159,13 +169,23 @@ static bpe_pair heap_pop(bpe_pair *h, size_t *n) {
     return top;
 }
 
-static void queue_pair(const struct mu_vocab *v, const bpe_symbol *s, int32_t left, bpe_pair *h, size_t *nh) {
+static void queue_pair(const struct mu_vocab *v, const char *text, const bpe_symbol *s, int32_t left, bpe_pair *h,
+                       size_t *nh) {
     if (left < 0) return;
     int32_t right = s[left].next;
     if (right < 0) return;
-    const mu_pairmap_slot *m = mu_pairmap_get(&v->merges, s[left].sym, s[right].sym);
-    if (!m) return;
-    bpe_pair p = {m->rank, left, right, s[left].sym, s[right].sym, m->result};
+    int32_t rank, result;
+    if (s[left].len == 1 && s[right].len == 1) {
+        const struct mu_byte_merge *b = &v->byte_merge[256 * (uint8_t)text[s[left].start] + (uint8_t)text[s[right].start]];
+        rank = b->rank;
+        result = b->result;
+    } else {
+        const mu_pairmap_slot *m = mu_pairmap_get(&v->merges, s[left].sym, s[right].sym);
+        rank = m ? m->rank : -1;
+        result = m ? m->result : -1;
+    }
+    if (rank < 0) return;
+    bpe_pair p = {rank, left, right, s[left].sym, s[right].sym, result};
     heap_push(h, nh, p);
 }
 
@@ -180,7 +200,29 @@ static int grow(void **buf, size_t *cap, size_t need) {
     return 0;
 }
 
+static int bpe_merge(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out);
+
 int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out) {
+    if (!sc->cache || n > MU_PIECE_CACHE_KEY || n < 2) return bpe_merge(v, s, n, sc, out);
+    struct mu_piece_cache_slot *slot = &sc->cache->slot[mu_hash_bytes(s, n) % MU_PIECE_CACHE_SLOTS];
+    if (slot->len == n && memcmp(slot->key, s, n) == 0) {
+        for (int i = 0; i < slot->n_ids; i++) mu_tok_emit(out, slot->ids[i]);
+        return 0;
+    }
+    int first = out->n;
+    int rc = bpe_merge(v, s, n, sc, out);
+    int produced = out->n - first;
+    /* Remember it if every id was written (ids past cap are only counted). */
+    if (!rc && produced <= MU_PIECE_CACHE_IDS && out->n <= out->cap) {
+        slot->len = (uint8_t)n;
+        slot->n_ids = (uint8_t)produced;
+        memcpy(slot->key, s, n);
+        memcpy(slot->ids, out->ids + first, (size_t)produced * sizeof *out->ids);
+    }
+    return rc;
+}
+
+static int bpe_merge(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out) {
     if (n == 0) return 0;
     if (n > INT32_MAX / 4) return mu_fail(MUSER_EINVAL, "a pre-tokenized piece of %zu bytes is too long", n);
     if (v->ignore_merges || n == 1) {
@@ -203,7 +245,7 @@ int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scrat
         sym[i].start = (uint32_t)i;
         sym[i].len = 1;
     }
-    for (size_t i = 0; i + 1 < n; i++) queue_pair(v, sym, (int32_t)i, heap, &nh);
+    for (size_t i = 0; i + 1 < n; i++) queue_pair(v, s, sym, (int32_t)i, heap, &nh);
     while (nh) {
         bpe_pair p = heap_pop(heap, &nh);
         bpe_symbol *l = &sym[p.left], *r = &sym[p.right];
@@ -214,8 +256,8 @@ int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scrat
         r->len = 0;
         l->next = r->next;
         if (r->next >= 0) sym[r->next].prev = p.left;
-        queue_pair(v, sym, l->prev, heap, &nh);
-        queue_pair(v, sym, p.left, heap, &nh);
+        queue_pair(v, s, sym, l->prev, heap, &nh);
+        queue_pair(v, s, sym, p.left, heap, &nh);
     }
     for (int32_t i = 0; i >= 0; i = sym[i].next) {
         if (sym[i].sym < v->n_tokens) {

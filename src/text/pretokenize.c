@@ -154,6 +154,7 @@ void mu_tok_scratch_free(mu_tok_scratch *s) {
     for (int i = 0; i < MU_PRETOK_MAX_REGEX; i++) pcre2_match_data_free(s->match_data[i]);
     pcre2_match_context_free(s->match_ctx);
     pcre2_jit_stack_free(s->jit_stack);
+    free(s->cache);
     memset(s, 0, sizeof *s);
 }
 

@@ -24,6 +24,8 @@ int mu_vocab_tokenize(const struct mu_vocab *v, const char *text, size_t len, bo
     int n_frag = mu_special_partition(v, text, len, parse_special, &frags);
     if (n_frag < 0) return n_frag;
     mu_tok_scratch scratch = {0};
+    /* The piece cache pays for its 0.4 MB only on long texts. */
+    if (v->kind == MU_VOCAB_BPE && len >= 16384) scratch.cache = calloc(1, sizeof *scratch.cache);
     int rc = 0;
     /* SPM puts the space prefix on a fragment at the start of the text or
      * right after a special token. */

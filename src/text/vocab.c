@@ -462,6 +462,7 @@ void mu_vocab_free(struct mu_vocab *v) {
     mu_pretok_release(v);
     mu_strmap_free(&v->token_map);
     mu_pairmap_free(&v->merges);
+    free(v->byte_merge);
     free(v->text_arena);
     free(v->text_off);
     free(v->text_len);

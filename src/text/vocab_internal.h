@@ -53,6 +53,9 @@ struct mu_vocab {
      * byte strings that merges build but that are not tokens. */
     mu_pairmap merges;
     int32_t byte_symbol[256]; /* symbol of each single byte                  */
+    /* The merge of every byte pair, [256 * first + second] (rank -1: none):
+     * most lookups are of byte pairs, and this table stays in cache. */
+    struct mu_byte_merge { int32_t rank, result; } *byte_merge;
     int32_t byte_token[256];  /* token of each byte, or -1 (BPE and SPM)     */
     const mu_pretok_def *pretok;
     void *regex[MU_PRETOK_MAX_REGEX]; /* compiled pcre2_code *              */
@@ -111,7 +114,22 @@ typedef struct mu_tok_scratch {
     void *match_data[MU_PRETOK_MAX_REGEX]; /* pcre2_match_data *, one per regex level */
     void *match_ctx;  /* pcre2_match_context * with a large JIT stack, made on demand */
     void *jit_stack;
+    struct mu_piece_cache *cache; /* BPE results of short pieces (long texts only) */
 } mu_tok_scratch;
+
+/* Long texts repeat their words: a direct-mapped cache of piece -> ids
+ * spares most of the merge work. BPE is a pure function of the piece, so
+ * the cache cannot change a result. */
+#define MU_PIECE_CACHE_SLOTS 8192
+#define MU_PIECE_CACHE_KEY 22
+#define MU_PIECE_CACHE_IDS 6
+struct mu_piece_cache {
+    struct mu_piece_cache_slot {
+        uint8_t len, n_ids; /* len 0: empty */
+        char key[MU_PIECE_CACHE_KEY];
+        int32_t ids[MU_PIECE_CACHE_IDS];
+    } slot[MU_PIECE_CACHE_SLOTS];
+};
 
 void mu_tok_scratch_free(mu_tok_scratch *s);
 /* BPE over one pre-tokenized piece of raw bytes. */
