@@ -759,6 +759,18 @@ static void test_stories260k(void) {
     free(txt);
     free(expected);
     muser_model_free(m);
+
+    /* The full model carries the same tokenizer, and a tokenizer-only
+     * load of it reports the vocabulary size. */
+    m = NULL;
+    int rc = muser_model_load(path, &m);
+    CHECKF(rc == 0, "muser_model_load: %s", muser_last_error());
+    if (rc == 0) {
+        CHECK(muser_vocab_size(m) == 512 && muser_vocab_bos(m) == 1);
+        static const int32_t once[] = {1, 403, 407, 261, 378};
+        CHECK(ids_are(m, "Once upon a time", true, false, once, 5));
+        muser_model_free(m);
+    }
 }
 
 /* ---- load errors ------------------------------------------------------------- */
