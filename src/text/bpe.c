@@ -21,8 +21,15 @@
 #include "util/error.h"
 
 typedef struct merge_entry {
-    uint32_t off;                 /* left bytes then right bytes, in the temp arena */
-    uint32_t left_len, right_len;
+    union {
+        struct {
+            uint32_t off;         /* left bytes then right bytes, in the temp arena */
+            uint32_t left_len, right_len;
+        } text;                   /* passes 1 to 3                   */
+        struct {
+            int32_t left, right;  /* symbols of the parts            */
+        } sym;                    /* pass 4                          */
+    };
     uint32_t hash;                /* of left+right, then of left     */
     uint32_t right_hash;
     int32_t result;               /* symbol of left+right, or -1: unusable merge */
@@ -87,9 +94,9 @@ int mu_bpe_load_merges(struct mu_vocab *v, const gguf_kv *kv) {
             n_unusable++; /* a part outside the byte alphabet can never be built */
             continue;
         }
-        me[i].off = (uint32_t)used;
-        me[i].left_len = (uint32_t)l;
-        me[i].right_len = (uint32_t)r;
+        me[i].text.off = (uint32_t)used;
+        me[i].text.left_len = (uint32_t)l;
+        me[i].text.right_len = (uint32_t)r;
         me[i].hash = mu_hash_bytes(arena + used, (size_t)(l + r));
         me[i].result = 0; /* usable */
         used += (uint64_t)(l + r);
@@ -100,8 +107,8 @@ int mu_bpe_load_merges(struct mu_vocab *v, const gguf_kv *kv) {
         if (i + PREFETCH_AHEAD < n_merges && me[i + PREFETCH_AHEAD].result == 0)
             mu_strmap_prefetch(&v->token_map, me[i + PREFETCH_AHEAD].hash);
         if (me[i].result < 0) continue;
-        const char *p = arena + me[i].off;
-        uint32_t len = me[i].left_len + me[i].right_len;
+        const char *p = arena + me[i].text.off;
+        uint32_t len = me[i].text.left_len + me[i].text.right_len;
         int32_t sym = symbol_of(v, &virt, arena, p, len, me[i].hash);
         if (sym < 0) {
             if (next_virtual == INT32_MAX) {
@@ -109,40 +116,39 @@ int mu_bpe_load_merges(struct mu_vocab *v, const gguf_kv *kv) {
                 goto done;
             }
             sym = next_virtual++;
-            if ((rc = mu_strmap_put_hashed(&virt, arena, me[i].off, len, me[i].hash, sym))) goto done;
+            if ((rc = mu_strmap_put_hashed(&virt, arena, me[i].text.off, len, me[i].hash, sym))) goto done;
         }
         me[i].result = sym;
         /* Hash the parts now, for pass 3. */
-        me[i].hash = mu_hash_bytes(p, me[i].left_len);
-        me[i].right_hash = mu_hash_bytes(p + me[i].left_len, me[i].right_len);
+        me[i].hash = mu_hash_bytes(p, me[i].text.left_len);
+        me[i].right_hash = mu_hash_bytes(p + me[i].text.left_len, me[i].text.right_len);
     }
 
-    /* Pass 3: the symbols of the parts (kept in off / left_len). */
+    /* Pass 3: the symbols of the parts. */
     for (size_t i = 0; i < n_merges; i++) {
         if (i + PREFETCH_AHEAD < n_merges && me[i + PREFETCH_AHEAD].result >= 0) {
             mu_strmap_prefetch(&v->token_map, me[i + PREFETCH_AHEAD].hash);
             mu_strmap_prefetch(&v->token_map, me[i + PREFETCH_AHEAD].right_hash);
         }
         if (me[i].result < 0) continue;
-        const char *p = arena + me[i].off;
-        int32_t left = symbol_of(v, &virt, arena, p, me[i].left_len, me[i].hash);
-        int32_t right = symbol_of(v, &virt, arena, p + me[i].left_len, me[i].right_len, me[i].right_hash);
+        const char *p = arena + me[i].text.off;
+        int32_t left = symbol_of(v, &virt, arena, p, me[i].text.left_len, me[i].hash);
+        int32_t right = symbol_of(v, &virt, arena, p + me[i].text.left_len, me[i].text.right_len, me[i].right_hash);
         if (left < 0 || right < 0) {
             n_unusable++; /* a part no merge builds: it never appears */
             me[i].result = -1;
             continue;
         }
-        me[i].off = (uint32_t)left;
-        me[i].left_len = (uint32_t)right;
+        me[i].sym.left = left;
+        me[i].sym.right = right;
     }
 
     /* Pass 4: the pair table (rank = index in the list). */
     if ((rc = mu_pairmap_init(&v->merges, n_merges))) goto done;
     for (size_t i = 0; i < n_merges; i++) {
         if (i + PREFETCH_AHEAD < n_merges && me[i + PREFETCH_AHEAD].result >= 0)
-            mu_pairmap_prefetch(&v->merges, (int32_t)me[i + PREFETCH_AHEAD].off, (int32_t)me[i + PREFETCH_AHEAD].left_len);
-        if (me[i].result >= 0)
-            mu_pairmap_put_lowest(&v->merges, (int32_t)me[i].off, (int32_t)me[i].left_len, (int32_t)i, me[i].result);
+            mu_pairmap_prefetch(&v->merges, me[i + PREFETCH_AHEAD].sym.left, me[i + PREFETCH_AHEAD].sym.right);
+        if (me[i].result >= 0) mu_pairmap_put_lowest(&v->merges, me[i].sym.left, me[i].sym.right, (int32_t)i, me[i].result);
     }
     v->byte_merge = malloc(256 * 256 * sizeof *v->byte_merge);
     if (!v->byte_merge) {

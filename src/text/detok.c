@@ -146,6 +146,7 @@ static const char *emit(muser_detok *d, const char *bytes, size_t n, bool final)
 }
 
 const char *muser_detok_push(muser_detok *d, muser_token t) {
+    if (!d) return "";
     const char *bytes;
     int n = mu_vocab_piece(d->vocab, t, d->show_special, &bytes);
     if (n < 0) {
@@ -162,4 +163,4 @@ const char *muser_detok_push(muser_detok *d, muser_token t) {
     return emit(d, bytes, (size_t)n, false);
 }
 
-const char *muser_detok_flush(muser_detok *d) { return emit(d, NULL, 0, true); }
+const char *muser_detok_flush(muser_detok *d) { return d ? emit(d, NULL, 0, true) : ""; }
