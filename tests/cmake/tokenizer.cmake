@@ -7,7 +7,9 @@ muser_sh_test(tokenize LABELS unit)
 if(MUSER_FUZZ)
   # Coverage feedback from the library itself (not only the target), so the
   # fuzzer can steer into the pre-tokenizer, BPE and special-token paths.
+  # Everything linking the library then needs the coverage runtime too.
   target_compile_options(muser_core PRIVATE -fsanitize=fuzzer-no-link)
+  target_link_options(muser_core INTERFACE -fsanitize=fuzzer-no-link)
   add_executable(fuzz_tokenize tests/fuzz/fuzz_tokenize.c)
   target_link_libraries(fuzz_tokenize PRIVATE muser_core)
   target_compile_definitions(fuzz_tokenize PRIVATE
