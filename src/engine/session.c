@@ -19,16 +19,25 @@ struct muser_session {
     int logit_rows, logit_cap;
 };
 
+/* Maps path and allocates an empty model for it. */
+static int open_model(const char *path, gguf_file **f, mu_model **m) {
+    *m = NULL;
+    int rc = gguf_open(path, f);
+    if (rc) return rc;
+    *m = calloc(1, sizeof **m);
+    if (!*m) {
+        gguf_close(*f);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
 int muser_model_load(const char *path, muser_model **out) {
     *out = NULL;
     gguf_file *f = NULL;
-    int rc = gguf_open(path, &f);
+    mu_model *m = NULL;
+    int rc = open_model(path, &f, &m);
     if (rc) return rc;
-    mu_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        gguf_close(f);
-        return mu_fail(MUSER_ENOMEM, "out of memory");
-    }
     rc = mu_model_bind(f, m);
     if (!rc) rc = mu_vocab_load(f, m->hp.n_vocab, &m->vocab);
     if (rc) {
@@ -44,13 +53,9 @@ int muser_model_load(const char *path, muser_model **out) {
 int muser_model_load_vocab(const char *path, muser_model **out) {
     *out = NULL;
     gguf_file *f = NULL;
-    int rc = gguf_open(path, &f);
+    mu_model *m = NULL;
+    int rc = open_model(path, &f, &m);
     if (rc) return rc;
-    mu_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        gguf_close(f);
-        return mu_fail(MUSER_ENOMEM, "out of memory");
-    }
     m->file = f;
     gguf_str s;
     if (gguf_get_str(f, "general.architecture", &s) == 1) gguf_str_copy(s, m->arch_name, sizeof m->arch_name);

@@ -230,16 +230,6 @@ static void queue_pair(const struct mu_vocab *v, const char *text, const bpe_sym
     heap_push(h, nh, p);
 }
 
-static int grow(void **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 4096;
-    while (c < need) c *= 2;
-    void *p = realloc(*buf, c);
-    if (!p) return mu_fail(MUSER_ENOMEM, "out of memory tokenizing");
-    *buf = p;
-    *cap = c;
-    return 0;
-}
 
 static int bpe_merge(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out);
 
@@ -273,8 +263,8 @@ static int bpe_merge(const struct mu_vocab *v, const char *s, size_t n, mu_tok_s
             return 0;
         }
     }
-    int rc = grow(&sc->buf, &sc->cap, n * sizeof(bpe_symbol));
-    if (!rc) rc = grow(&sc->heap, &sc->heap_cap, 3 * n * sizeof(bpe_pair));
+    int rc = mu_tok_grow(&sc->buf, &sc->cap, n * sizeof(bpe_symbol));
+    if (!rc) rc = mu_tok_grow(&sc->heap, &sc->heap_cap, 3 * n * sizeof(bpe_pair));
     if (rc) return rc;
     bpe_symbol *sym = sc->buf;
     bpe_pair *heap = sc->heap;

@@ -58,16 +58,6 @@ static spm_pair heap_pop(spm_pair *h, size_t *n) {
     return top;
 }
 
-static int grow(void **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 4096;
-    while (c < need) c *= 2;
-    void *p = realloc(*buf, c);
-    if (!p) return mu_fail(MUSER_ENOMEM, "out of memory tokenizing");
-    *buf = p;
-    *cap = c;
-    return 0;
-}
 
 static int32_t lookup(const struct mu_vocab *v, const char *s, size_t n) {
     return mu_strmap_get(&v->token_map, v->text_arena, s, n);
@@ -101,7 +91,7 @@ int mu_spm_fragment(const struct mu_vocab *v, const char *s, size_t n, bool add_
     size_t tn = n + (add_prefix_space ? 1 : 0) + 2 * spaces;
     if (tn == 0) return 0;
     if (tn > INT32_MAX / 4) return mu_fail(MUSER_EINVAL, "a text fragment of %zu bytes is too long", n);
-    int rc = grow((void **)&sc->text, &sc->text_cap, tn);
+    int rc = mu_tok_grow(&sc->text, &sc->text_cap, tn);
     if (rc) return rc;
     char *t = sc->text;
     size_t o = 0;
@@ -125,8 +115,8 @@ int mu_spm_fragment(const struct mu_vocab *v, const char *s, size_t n, bool add_
         size_t len = mu_utf8_lead_len((uint8_t)t[i]);
         i += len < tn - i ? len : tn - i;
     }
-    if ((rc = grow(&sc->buf, &sc->cap, ns * sizeof(spm_symbol)))) return rc;
-    if ((rc = grow(&sc->heap, &sc->heap_cap, 3 * ns * sizeof(spm_pair)))) return rc;
+    if ((rc = mu_tok_grow(&sc->buf, &sc->cap, ns * sizeof(spm_symbol)))) return rc;
+    if ((rc = mu_tok_grow(&sc->heap, &sc->heap_cap, 3 * ns * sizeof(spm_pair)))) return rc;
     spm_symbol *sym = sc->buf;
     spm_pair *heap = sc->heap;
     size_t k = 0;

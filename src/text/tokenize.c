@@ -6,6 +6,17 @@
 #include "text/vocab_internal.h"
 #include "util/error.h"
 
+int mu_tok_grow(void **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 4096;
+    while (c < need) c *= 2;
+    void *p = realloc(*buf, c);
+    if (!p) return mu_fail(MUSER_ENOMEM, "out of memory tokenizing");
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
 int mu_vocab_tokenize(const struct mu_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
                       int32_t *ids, int cap) {
     if (!text && len) return mu_fail(MUSER_EINVAL, "tokenize: text is NULL");

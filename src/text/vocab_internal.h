@@ -109,7 +109,7 @@ typedef struct mu_tok_scratch {
     size_t cap;
     void *heap;
     size_t heap_cap;
-    char *text;      /* SPM: the escaped fragment */
+    void *text;      /* SPM: the escaped fragment */
     size_t text_cap;
     void *match_data[MU_PRETOK_MAX_REGEX]; /* pcre2_match_data *, one per regex level */
     void *match_ctx;  /* pcre2_match_context * with a large JIT stack, made on demand */
@@ -132,6 +132,8 @@ struct mu_piece_cache {
 };
 
 void mu_tok_scratch_free(mu_tok_scratch *s);
+/* Grows a scratch buffer to at least need bytes (doubling). */
+int mu_tok_grow(void **buf, size_t *cap, size_t need);
 /* BPE over one pre-tokenized piece of raw bytes. */
 int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *scratch, mu_tok_out *out);
 /* The pre-tokenizer over one text fragment, then BPE on every piece. */
