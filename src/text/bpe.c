@@ -231,17 +231,22 @@ static void queue_pair(const struct mu_vocab *v, const char *text, const bpe_sym
 }
 
 
-static int bpe_merge(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out);
-
 int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out) {
-    if (!sc->cache || n > MU_PIECE_CACHE_KEY || n < 2) return bpe_merge(v, s, n, sc, out);
+    if (v->ignore_merges || n == 1) {
+        int32_t id = mu_strmap_get(&v->token_map, v->key_arena, s, n);
+        if (id >= 0) {
+            mu_tok_emit(out, id);
+            return 0;
+        }
+    }
+    if (!sc->cache || n > MU_PIECE_CACHE_KEY || n < 2) return mu_bpe_merge_only(v, s, n, sc, out);
     struct mu_piece_cache_slot *slot = &sc->cache->slot[mu_hash_bytes(s, n) % MU_PIECE_CACHE_SLOTS];
     if (slot->len == n && memcmp(slot->key, s, n) == 0) {
         for (int i = 0; i < slot->n_ids; i++) mu_tok_emit(out, slot->ids[i]);
         return 0;
     }
     int first = out->n;
-    int rc = bpe_merge(v, s, n, sc, out);
+    int rc = mu_bpe_merge_only(v, s, n, sc, out);
     int produced = out->n - first;
     /* Remember it if every id was written (ids past cap are only counted). */
     if (!rc && produced <= MU_PIECE_CACHE_IDS && out->n <= out->cap) {
@@ -253,16 +258,9 @@ int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scrat
     return rc;
 }
 
-static int bpe_merge(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out) {
+int mu_bpe_merge_only(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out) {
     if (n == 0) return 0;
     if (n > INT32_MAX / 4) return mu_fail(MUSER_EINVAL, "a pre-tokenized piece of %zu bytes is too long", n);
-    if (v->ignore_merges || n == 1) {
-        int32_t id = mu_strmap_get(&v->token_map, v->key_arena, s, n);
-        if (id >= 0) {
-            mu_tok_emit(out, id);
-            return 0;
-        }
-    }
     int rc = mu_tok_grow(&sc->buf, &sc->cap, n * sizeof(bpe_symbol));
     if (!rc) rc = mu_tok_grow(&sc->heap, &sc->heap_cap, 3 * n * sizeof(bpe_pair));
     if (rc) return rc;

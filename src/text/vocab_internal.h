@@ -136,6 +136,8 @@ void mu_tok_scratch_free(mu_tok_scratch *s);
 int mu_tok_grow(void **buf, size_t *cap, size_t need);
 /* BPE over one pre-tokenized piece of raw bytes. */
 int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *scratch, mu_tok_out *out);
+/* The merge loop alone (no whole-piece lookup, no cache). */
+int mu_bpe_merge_only(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *scratch, mu_tok_out *out);
 /* The pre-tokenizer over one text fragment, then BPE on every piece. */
 int mu_bpe_fragment(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *scratch, mu_tok_out *out);
 /* SPM over one text fragment (escapes spaces, adds the prefix space). */
