@@ -129,11 +129,16 @@ int muser_session_truncate(muser_session *s, int pos);
  * tokens (Muse Glimmer's <|start|>, <|message|>) are matched either way.
  * Any bytes are accepted: with byte-level BPE, ill-formed UTF-8 comes out
  * as the byte tokens of those bytes (so decoding gives back the input);
- * with SentencePiece vocabularies, as <0xXX> byte tokens. */
+ * with SentencePiece vocabularies, as <0xXX> byte tokens. Thread-safe: a
+ * model's tokenizer is read-only. */
 int muser_tokenize(const muser_model *model, const char *text, size_t len, bool add_bos,
                    bool parse_special, muser_token *out, int cap);
 
-/* Vocabulary queries; without a tokenizer: false, -1, false, 0. */
+/* Vocabulary queries; without a tokenizer: false, -1, false, 0. The
+ * end-of-generation set is llama.cpp's (EOS, EOT, texts such as
+ * <|end_of_text|> or <|eot_id|>) except that tokenizer.ggml.eom_token_id
+ * alone does not make a token final: Muse Glimmer stops on {200001,
+ * 200008}, never on <|eom|> 200007. */
 bool muser_vocab_add_bos(const muser_model *model);
 muser_token muser_vocab_bos(const muser_model *model);
 muser_token muser_vocab_eos(const muser_model *model);
@@ -159,8 +164,9 @@ int muser_token_to_bytes(const muser_model *model, muser_token t, bool show_spec
 typedef struct muser_detok muser_detok;
 muser_detok *muser_detok_new(const muser_model *model, bool show_special);
 /* Appends the token; returns a NUL-terminated string of newly completed
- * text (valid until the next call), possibly "". An id outside the
- * vocabulary adds nothing (and sets muser_last_error). */
+ * text (valid until the next call), possibly "" (text holding a NUL byte
+ * ends there early). An id outside the vocabulary adds nothing (and sets
+ * muser_last_error). */
 const char *muser_detok_push(muser_detok *d, muser_token t);
 /* Whatever is left (an incomplete trailing sequence becomes U+FFFD). */
 const char *muser_detok_flush(muser_detok *d);
