@@ -1,5 +1,6 @@
 /* session.c — the public model and session API (include/muser.h): loading,
  * backend selection, and feeding tokens in chunks of n_batch. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,16 +20,25 @@ struct muser_session {
     muser_token *history; /* [n_ctx] the tokens held */
 };
 
+/* Maps path and allocates an empty model for it. */
+static int open_model(const char *path, gguf_file **f, mu_model **m) {
+    *m = NULL;
+    int rc = gguf_open(path, f);
+    if (rc) return rc;
+    *m = calloc(1, sizeof **m);
+    if (!*m) {
+        gguf_close(*f);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
 int muser_model_load(const char *path, muser_model **out) {
     *out = NULL;
     gguf_file *f = NULL;
-    int rc = gguf_open(path, &f);
+    mu_model *m = NULL;
+    int rc = open_model(path, &f, &m);
     if (rc) return rc;
-    mu_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        gguf_close(f);
-        return mu_fail(MUSER_ENOMEM, "out of memory");
-    }
     rc = mu_model_bind(f, m);
     if (!rc) rc = mu_vocab_load(f, m->hp.n_vocab, &m->vocab);
     if (rc) {
@@ -38,6 +48,31 @@ int muser_model_load(const char *path, muser_model **out) {
         return rc;
     }
     *out = m;
+    return 0;
+}
+
+int muser_model_load_vocab(const char *path, muser_model **out) {
+    *out = NULL;
+    gguf_file *f = NULL;
+    mu_model *m = NULL;
+    int rc = open_model(path, &f, &m);
+    if (rc) return rc;
+    m->file = f;
+    gguf_str s;
+    if (gguf_get_str(f, "general.architecture", &s) == 1) gguf_str_copy(s, m->arch_name, sizeof m->arch_name);
+    if (gguf_get_str(f, "general.name", &s) == 1) gguf_str_copy(s, m->name, sizeof m->name);
+    /* A file with weights bounds the vocabulary by its embedding rows. */
+    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
+    int bound = (embd && embd->n_dims == 2 && embd->ne[1] > 0 && embd->ne[1] <= INT32_MAX) ? (int)embd->ne[1] : 0;
+    rc = mu_vocab_load(f, bound, &m->vocab);
+    if (!rc && !m->vocab) rc = mu_fail(MUSER_EFORMAT, "%s: the file has no tokenizer (tokenizer.ggml.* metadata)", path);
+    if (rc) {
+        free(m);
+        gguf_close(f);
+        return rc;
+    }
+    m->hp.n_vocab = bound ? bound : mu_vocab_n_tokens(m->vocab);
+    *out = m; /* layers stay NULL: the mark of a tokenizer-only model */
     return 0;
 }
 
@@ -78,6 +113,10 @@ muser_session_params muser_session_default_params(void) {
 
 int muser_session_new(const muser_model *model, const muser_session_params *params, muser_session **out) {
     *out = NULL;
+    if (!model) return mu_fail(MUSER_EINVAL, "session: model is NULL");
+    if (!model->layers)
+        return mu_fail(MUSER_EINVAL, "the model was loaded with muser_model_load_vocab (tokenizer only) and cannot run; "
+                                     "load it with muser_model_load");
     muser_session_params p = params ? *params : muser_session_default_params();
     const mu_hparams *hp = &model->hp;
     mu_session_config cfg;
