@@ -239,6 +239,41 @@ typedef struct muser_chat_options {
 int muser_chat_render(const char *messages_json, const char *tools_json,
                       const muser_chat_options *opt, char **out);
 
+/* Output parsing: the generated text after the prompt's `<|start|>assistant`
+ * split into reasoning (to=self), the visible answer (to=user) and ATEM
+ * tool calls. Fed incrementally; tags never reach the answer text. */
+typedef struct muser_chat_tool_call {
+    char *name;
+    char *arguments; /* a JSON object, compact; parameters typed by the tool's schema */
+    bool complete;   /* false: the output ended inside this call */
+} muser_chat_tool_call;
+
+/* What one feed made safe to show. Pointers stay valid until the next call
+ * on the parser. Text deltas end on whole UTF-8 sequences (until finish). */
+typedef struct muser_chat_delta {
+    const char *reasoning;
+    size_t reasoning_len;
+    const char *content;
+    size_t content_len;
+    const muser_chat_tool_call *calls; /* calls completed by this feed */
+    int n_calls;
+} muser_chat_delta;
+
+typedef struct muser_chat_result {
+    const char *reasoning; /* "" when none */
+    const char *content;   /* "" when none */
+    const muser_chat_tool_call *calls;
+    int n_calls;
+    bool truncated; /* the text ended inside a header or a tool call */
+} muser_chat_result;
+
+typedef struct muser_chat_parser muser_chat_parser;
+/* tools_json: the OpenAI tools array (types the call arguments), or NULL. */
+int muser_chat_parser_new(const char *tools_json, muser_chat_parser **out);
+int muser_chat_parser_feed(muser_chat_parser *p, const char *text, size_t len, muser_chat_delta *delta);
+int muser_chat_parser_finish(muser_chat_parser *p, muser_chat_delta *delta, muser_chat_result *result);
+void muser_chat_parser_free(muser_chat_parser *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,14 +150,16 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
     case MUSER_BACKEND_REF: rc = mu_ref_backend_new(model, &cfg, &s->backend); break;
     case MUSER_BACKEND_CUDA: rc = mu_cuda_backend_new(model, &cfg, &s->backend); break;
     case MUSER_BACKEND_AUTO:
+#ifdef MUSER_HAVE_CUDA
         rc = mu_cuda_backend_new(model, &cfg, &s->backend);
         if (rc == 0) {
             p.backend = MUSER_BACKEND_CUDA;
-        } else {
-            mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
-            p.backend = MUSER_BACKEND_CPU;
-            rc = mu_cpu_backend_new(model, &cfg, &s->backend);
+            break;
         }
+        mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
+#endif
+        p.backend = MUSER_BACKEND_CPU;
+        rc = mu_cpu_backend_new(model, &cfg, &s->backend);
         break;
     default: rc = mu_fail(MUSER_EINVAL, "unknown backend %d", (int)p.backend);
     }
