@@ -125,6 +125,13 @@ int muser_session_truncate(muser_session *s, int pos);
  * with last-position logits. *reused (may be NULL) receives the number of
  * tokens kept. Prompt caching for chat and the server. */
 int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused);
+/* Ring checkpoints: sliding-window rings forget old positions, so rewinding
+ * to an earlier prompt would need a full re-prefill. With max > 0 the
+ * session keeps up to max checkpoints (a copy of the rings taken after each
+ * muser_session_sync prompt, most recent first) and sync restores the
+ * newest one that the new prompt extends. Default 0 (off). */
+void muser_session_set_checkpoints(muser_session *s, int max);
+
 /* The tokens the session holds (muser_session_pos of them). */
 const muser_token *muser_session_tokens(const muser_session *s);
 

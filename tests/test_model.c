@@ -228,7 +228,62 @@ static void engine_vs_ref(tm_opts o, const char *tag) {
     unlink(path);
 }
 
+/* Prompt caching: a prompt that extends an earlier one reuses the session;
+ * when the sliding rings have moved on, a ring checkpoint avoids a full
+ * re-prefill; the logits equal a fresh session's bit for bit. */
+static void test_sync_and_checkpoints(void) {
+    tm_opts o = tm_defaults();
+    size_t size;
+    uint8_t *buf = tm_build(&o, &size);
+    const char *path = tm_write_temp(buf, size, "ckpt");
+    free(buf);
+    muser_model *m = NULL;
+    CHECK(muser_model_load(path, &m) == 0);
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CPU;
+    sp.n_ctx = 64, sp.n_batch = 5, sp.n_threads = 1; /* rings of 8 + 4 rows */
+    muser_token a[45];
+    uint64_t rng = 3;
+    for (int i = 0; i < 45; i++) a[i] = (muser_token)(tl_rand_u64(&rng) % 50);
+    muser_session *s = NULL, *fresh = NULL;
+    CHECK(muser_session_new(m, &sp, &s) == 0 && muser_session_new(m, &sp, &fresh) == 0);
+    muser_session_set_checkpoints(s, 2);
+    int reused = -1;
+    CHECK(muser_session_sync(s, a, 30, &reused) == 0 && reused == 0);
+    CHECK(muser_session_feed(s, a + 30, 10, false) == 0); /* "generation" moves the rings on */
+    /* A new prompt sharing 30 tokens: the rings no longer hold position 23. */
+    muser_token b[35];
+    memcpy(b, a, sizeof(muser_token) * 30);
+    for (int i = 30; i < 35; i++) b[i] = (muser_token)((a[i] + 7) % 50);
+    CHECK(muser_session_sync(s, b, 35, &reused) == 0);
+    CHECKF(reused == 30, "reused %d tokens, want 30 (checkpoint)", reused);
+    CHECK(muser_session_sync(fresh, b, 35, NULL) == 0);
+    CHECK(memcmp(muser_session_logits(s), muser_session_logits(fresh), sizeof(float) * 50) == 0);
+    /* Extending the current timeline reuses everything. */
+    CHECK(muser_session_sync(s, a, 30, &reused) == 0); /* back to A: its checkpoint, logits included */
+    CHECK(reused == 30);
+    CHECK(muser_session_sync(fresh, a, 30, NULL) == 0);
+    CHECK(memcmp(muser_session_logits(s), muser_session_logits(fresh), sizeof(float) * 50) == 0);
+    muser_token c[31];
+    memcpy(c, a, sizeof(muser_token) * 30);
+    c[30] = 5;
+    CHECK(muser_session_sync(s, c, 31, &reused) == 0 && reused == 30);
+    CHECK(muser_session_sync(fresh, c, 31, NULL) == 0);
+    CHECK(memcmp(muser_session_logits(s), muser_session_logits(fresh), sizeof(float) * 50) == 0);
+    /* Without checkpoints the same rewind falls back to a full re-prefill. */
+    muser_session_set_checkpoints(s, 0);
+    CHECK(muser_session_feed(s, a + 31, 12, false) == 0);
+    CHECK(muser_session_sync(s, b, 35, &reused) == 0 && reused == 0);
+    CHECK(muser_session_sync(fresh, b, 35, NULL) == 0);
+    CHECK(memcmp(muser_session_logits(s), muser_session_logits(fresh), sizeof(float) * 50) == 0);
+    muser_session_free(s);
+    muser_session_free(fresh);
+    muser_model_free(m);
+    unlink(path);
+}
+
 int main(void) {
+    test_sync_and_checkpoints();
     test_defaults_and_pattern();
     test_errors();
     test_unsupported_type();

@@ -18,7 +18,23 @@ struct muser_session {
     float *logits;     /* [logit_rows][n_vocab] */
     int logit_rows, logit_cap;
     muser_token *history; /* [n_ctx] the tokens held */
+    /* ring checkpoints, most recent first */
+    struct checkpoint {
+        int pos;
+        muser_token *tokens; /* [pos] */
+        float *logits;       /* [n_vocab] after the last token, or NULL */
+        void *blob;
+        size_t size;
+    } *ckpt;
+    int n_ckpt, max_ckpt;
 };
+
+static void drop_checkpoint(struct checkpoint *c) {
+    free(c->tokens);
+    free(c->logits);
+    free(c->blob);
+    memset(c, 0, sizeof *c);
+}
 
 /* Maps path and allocates an empty model for it. */
 static int open_model(const char *path, gguf_file **f, mu_model **m) {
@@ -176,6 +192,8 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
 void muser_session_free(muser_session *s) {
     if (!s) return;
     if (s->backend) s->backend->ops->free(s->backend);
+    for (int i = 0; i < s->n_ckpt; i++) drop_checkpoint(&s->ckpt[i]);
+    free(s->ckpt);
     free(s->logits);
     free(s->history);
     free(s);
@@ -235,6 +253,9 @@ int muser_session_pos(const muser_session *s) { return s->pos; }
 int muser_session_n_ctx(const muser_session *s) { return s->cfg.n_ctx; }
 
 void muser_session_reset(muser_session *s) {
+    /* Checkpoints need the growing planes' prefix, which a reset discards. */
+    for (int i = 0; i < s->n_ckpt; i++) drop_checkpoint(&s->ckpt[i]);
+    s->n_ckpt = 0;
     s->backend->ops->reset(s->backend);
     s->pos = 0;
     s->logit_rows = 0;
@@ -250,6 +271,61 @@ int muser_session_truncate(muser_session *s, int pos) {
     return 0;
 }
 
+void muser_session_set_checkpoints(muser_session *s, int max) {
+    if (max < 0) max = 0;
+    while (s->n_ckpt > max) drop_checkpoint(&s->ckpt[--s->n_ckpt]);
+    struct checkpoint *c = realloc(s->ckpt, sizeof *c * (size_t)(max ? max : 1));
+    if (!c) return;
+    s->ckpt = c;
+    s->max_ckpt = max;
+}
+
+static bool has_rings(const muser_session *s) {
+    for (int l = 0; l < s->model->hp.n_layer; l++)
+        if (s->model->layers[l].is_swa && s->model->hp.n_swa > 0) return true;
+    return false;
+}
+
+/* Restores the newest checkpoint whose tokens are a prefix of both the
+ * session's history and the new prompt tokens[0..n), and that leaves at
+ * least one token to feed unless it also saved the logits. Returns its
+ * position, or -1. */
+static int restore_checkpoint(muser_session *s, const muser_token *tokens, int n) {
+    const size_t V = (size_t)s->model->hp.n_vocab;
+    for (int i = 0; i < s->n_ckpt; i++) {
+        struct checkpoint *c = &s->ckpt[i];
+        if (c->pos > n || c->pos > s->pos || (c->pos == n && !c->logits)) continue;
+        if (memcmp(c->tokens, tokens, sizeof(muser_token) * (size_t)c->pos) != 0) continue;
+        if (memcmp(c->tokens, s->history, sizeof(muser_token) * (size_t)c->pos) != 0) continue;
+        if (s->backend->ops->checkpoint_restore(s->backend, c->blob, c->size, c->pos) != 0) continue;
+        s->pos = c->pos;
+        s->logit_rows = 0;
+        if (c->pos == n) {
+            memcpy(s->logits, c->logits, sizeof(float) * V);
+            s->logit_rows = 1;
+        }
+        return c->pos;
+    }
+    return -1;
+}
+
+static void save_checkpoint(muser_session *s) {
+    if (!s->max_ckpt || !s->backend->ops->checkpoint_save || !has_rings(s)) return;
+    const size_t V = (size_t)s->model->hp.n_vocab;
+    struct checkpoint c = {s->pos, malloc(sizeof(muser_token) * (size_t)(s->pos ? s->pos : 1)), NULL, NULL, 0};
+    if (!c.tokens || s->backend->ops->checkpoint_save(s->backend, &c.blob, &c.size) != 0) {
+        drop_checkpoint(&c);
+        return;
+    }
+    memcpy(c.tokens, s->history, sizeof(muser_token) * (size_t)s->pos);
+    const float *last = muser_session_logits(s);
+    if (last && (c.logits = malloc(sizeof(float) * V))) memcpy(c.logits, last, sizeof(float) * V);
+    if (s->n_ckpt == s->max_ckpt) drop_checkpoint(&s->ckpt[--s->n_ckpt]);
+    memmove(s->ckpt + 1, s->ckpt, sizeof *s->ckpt * (size_t)s->n_ckpt);
+    s->ckpt[0] = c;
+    s->n_ckpt++;
+}
+
 int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused) {
     if (reused) *reused = 0;
     if (n <= 0) return mu_fail(MUSER_EINVAL, "empty prompt");
@@ -257,14 +333,29 @@ int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *
         return mu_fail(MUSER_ECONTEXT, "the prompt has %d tokens but the context holds %d", n, s->cfg.n_ctx);
     int common = 0;
     while (common < s->pos && common < n && s->history[common] == tokens[common]) common++;
-    /* Logits are needed for the last prompt token: re-feed it if it is held. */
-    if (common == n) common--;
-    if (common < s->pos && muser_session_truncate(s, common) != 0) {
-        muser_session_reset(s);
-        common = 0;
+    if (common == n && s->pos == n && s->logit_rows > 0) { /* already there, logits included */
+        if (reused) *reused = n;
+        return 0;
     }
-    if (reused) *reused = common;
-    return muser_session_feed(s, tokens + common, n - common, false);
+    /* Logits are needed for the last prompt token: re-feed it if it is held. */
+    int keep = common == n ? n - 1 : common;
+    if (keep < s->pos && muser_session_truncate(s, keep) != 0) {
+        /* A ring cannot rewind that far: the newest usable checkpoint, else start over. */
+        int at = restore_checkpoint(s, tokens, n);
+        if (at == n) {
+            if (reused) *reused = n;
+            return 0;
+        }
+        if (at < 0) {
+            muser_session_reset(s);
+            at = 0;
+        }
+        keep = at;
+    }
+    if (reused) *reused = keep;
+    int rc = muser_session_feed(s, tokens + keep, n - keep, false);
+    if (rc == 0) save_checkpoint(s);
+    return rc;
 }
 
 const muser_token *muser_session_tokens(const muser_session *s) { return s->history; }
