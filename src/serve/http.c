@@ -507,7 +507,7 @@ static enum MHD_Result dispatch(srv_server *srv, struct MHD_Connection *c, const
         return send_error(srv, c, &e);
     }
     atomic_fetch_add(&srv_sched_metrics(srv->sched)->requests[r->id], 1);
-    if (r->id != SRV_ROUTE_HEALTH && !authorized(srv, c)) {
+    if (r->id != SRV_ROUTE_HEALTH && r->id != SRV_ROUTE_METRICS && !authorized(srv, c)) {
         srv_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
                  "missing or wrong API key: send the header 'Authorization: Bearer KEY'");
         return send_error(srv, c, &e);

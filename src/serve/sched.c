@@ -274,6 +274,10 @@ static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
         if (rest && *rest) srv_output_push(&sl->output, rest, &out);
     }
     srv_output_finish(&sl->output, why, sl->job->n_prompt, sl->kept, sl->generated, &out);
+    /* Count before the client can read the answer and then the metrics. */
+    atomic_fetch_add(&s->metrics.jobs_finished, 1);
+    atomic_fetch_add(&s->metrics.prompt_tokens, (uint64_t)sl->job->n_prompt);
+    atomic_fetch_add(&s->metrics.cached_tokens, (uint64_t)sl->kept);
     if (out.oom) {
         srv_error e;
         srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory writing the response");
@@ -282,9 +286,6 @@ static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
     } else {
         deliver(sl->job, &out, true, 200);
     }
-    atomic_fetch_add(&s->metrics.jobs_finished, 1);
-    atomic_fetch_add(&s->metrics.prompt_tokens, (uint64_t)sl->job->n_prompt);
-    atomic_fetch_add(&s->metrics.cached_tokens, (uint64_t)sl->kept);
     release_slot(s, sl);
 }
 

@@ -26,7 +26,7 @@ static void usage(FILE *out) {
             "  --parallel N       concurrent sessions (slots), decoded together in one batch (default 4)\n"
             "  --queue N          requests that may wait for a slot before 429 (default 64)\n"
             "  --max-body BYTES   larger request bodies get 413 (default 8388608)\n"
-            "  --api-key KEY      require 'Authorization: Bearer KEY' (all but /health)\n"
+            "  --api-key KEY      require 'Authorization: Bearer KEY' (all but /health and /metrics)\n"
             "  --alias NAME       the model's id in /v1/models and responses (default: the file name)\n"
             "  --checkpoints N    ring checkpoints per slot for prompt caching (default 4)\n"
             "  --test-hooks       TESTS ONLY: accept the request field \"muser_test_script\" (text whose tokens\n"

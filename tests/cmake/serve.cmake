@@ -1,0 +1,1 @@
+muser_sh_test(serve LABELS server TIMEOUT 900)
