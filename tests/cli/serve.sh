@@ -17,4 +17,4 @@ fi
 export MUSER_SERVE_MODEL="$TMP/serve-nano.gguf" MUSER_SERVE_MODEL_ID=serve-nano
 export MUSER_LLAMA_MODEL="$SRC/models/stories260K/stories260K.gguf"
 export MUSER_BIN="$M"
-node --test --test-concurrency=1 "$SRC/tests/server/"
+node --test "$SRC/tests/server/server.test.mjs"
