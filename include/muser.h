@@ -151,7 +151,7 @@ void muser_session_set_checkpoints(muser_session *s, int max);
  * Fails before changing anything (MUSER_EINVAL, MUSER_ERANGE,
  * MUSER_ECONTEXT) when a session is repeated, on another model, full, or
  * given an id outside the vocabulary; if the backend fails midway, every
- * session is put back where it was. */
+ * session is put back at its position (its logits are then gone). */
 int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens, int n);
 
 /* The tokens the session holds (muser_session_pos of them). */

@@ -399,7 +399,7 @@ static void cpu_free(mu_backend *base) {
 }
 
 static const mu_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_truncate, cpu_reset, cpu_free,
-                                       mu_cpu_checkpoint_save, mu_cpu_checkpoint_restore};
+                                       mu_cpu_checkpoint_save, mu_cpu_checkpoint_restore, NULL};
 
 int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
     *out = NULL;

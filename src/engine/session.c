@@ -393,12 +393,65 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
         if (s->pos >= s->cfg.n_ctx)
             return mu_fail(MUSER_ECONTEXT, "batch decode: session %d is full (%d tokens)", i, s->pos);
     }
+    const mu_backend_ops *ops = sessions[0]->backend->ops;
+    bool batched = ops->forward_batch != NULL && n > 1;
+    for (int i = 0; i < n && batched; i++) batched = sessions[i]->backend->ops == ops;
+    if (!batched) {
+        for (int i = 0; i < n; i++) {
+            int rc = muser_session_feed(sessions[i], &tokens[i], 1, false);
+            if (rc) {
+                for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
+                return rc;
+            }
+        }
+        return 0;
+    }
+    const size_t V = (size_t)sessions[0]->model->hp.n_vocab;
     for (int i = 0; i < n; i++) {
-        int rc = muser_session_feed(sessions[i], &tokens[i], 1, false);
-        if (rc) {
-            for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
-            return rc;
+        muser_session *s = sessions[i];
+        if (s->logit_cap < 1) {
+            float *l = malloc(V * sizeof(float));
+            if (!l) return mu_fail(MUSER_ENOMEM, "out of memory for logits");
+            free(s->logits);
+            s->logits = l;
+            s->logit_cap = 1;
         }
     }
-    return 0;
+    /* Per-row arguments, in chunks the leader's activations can hold. */
+    mu_backend **rows = malloc(sizeof(mu_backend *) * (size_t)n);
+    int *pos = malloc(sizeof(int) * (size_t)n);
+    float **dst = malloc(sizeof(float *) * (size_t)n);
+    if (!rows || !pos || !dst) {
+        free(rows), free(pos), free(dst);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        rows[i] = sessions[i]->backend;
+        pos[i] = sessions[i]->pos;
+        dst[i] = sessions[i]->logits;
+    }
+    int rc = 0;
+    for (int done = 0; done < n && !rc;) {
+        const int cap = sessions[done]->cfg.n_batch;
+        const int chunk = n - done < cap ? n - done : cap;
+        rc = ops->forward_batch(rows + done, tokens + done, pos + done, chunk, dst + done);
+        if (rc) {
+            /* Every row goes back to where it was; KV rows of a half-done step are cut. */
+            for (int i = 0; i < n; i++) {
+                muser_session *s = sessions[i];
+                s->pos = pos[i];
+                if (s->backend->ops->truncate(s->backend, s->pos) != 0) s->backend->ops->reset(s->backend), s->pos = 0;
+                s->logit_rows = 0;
+            }
+            break;
+        }
+        for (int i = done; i < done + chunk; i++) {
+            muser_session *s = sessions[i];
+            s->history[s->pos++] = tokens[i];
+            s->logit_rows = 1;
+        }
+        done += chunk;
+    }
+    free(rows), free(pos), free(dst);
+    return rc;
 }
