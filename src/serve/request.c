@@ -16,26 +16,28 @@
 #include "text/chat.h"
 #include "text/utf8.h"
 
-int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+static int vfail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt,
+                 va_list ap) {
     e->status = status;
     e->type = type;
     e->code = code;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    return -1;
+}
+
+int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    vfail(e, status, type, code, param, fmt, ap);
     va_end(ap);
     return -1;
 }
 
 int srv_bad_param(srv_error *e, const char *param, const char *fmt, ...) {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->code = NULL;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    vfail(e, 400, "invalid_request_error", NULL, param, fmt, ap);
     va_end(ap);
     return -1;
 }

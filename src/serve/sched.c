@@ -63,17 +63,13 @@ struct srv_sched {
     srv_metrics metrics;
 };
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+static double now_seconds(void) { return (double)now_ns() * 1e-9; }
 
 /* ---- jobs -------------------------------------------------------------------------------- */
 
