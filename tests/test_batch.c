@@ -1,6 +1,8 @@
 /* test_batch.c — muser_batch_decode: one decode step for several sessions
  * at different positions (sliding rings wrapped or not) must give each
- * session the logits a one-token feed of its own gives, step after step;
+ * session the logits a one-token feed of its own gives, step after step
+ * (up to float summation order: n-row matmul kernels may add in another
+ * order than one-row ones), with the same top token;
  * more sessions than the leader's n_batch run in chunks; bad calls fail
  * before changing anything. */
 #include <stdlib.h>
@@ -40,6 +42,7 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv
         CHECK(muser_session_feed(single[i], prompt, len, false) == 0);
     }
     double worst = 0;
+    int top1_diff = 0;
     for (int step = 0; step < STEPS; step++) {
         muser_token tokens[MAX_ROWS];
         for (int i = 0; i < n; i++) tokens[i] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
@@ -51,14 +54,20 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv
             CHECK(muser_session_pos(batch[i]) == muser_session_pos(single[i]));
             CHECK(muser_session_tokens(batch[i])[muser_session_pos(batch[i]) - 1] == tokens[i]);
             const float *a = muser_session_logits(batch[i]), *b = muser_session_logits(single[i]);
+            int top_a = 0, top_b = 0;
             for (int v = 0; v < V; v++) {
                 double d = a[v] > b[v] ? a[v] - b[v] : b[v] - a[v];
                 if (d > worst) worst = d;
+                if (a[v] > a[top_a]) top_a = v;
+                if (b[v] > b[top_b]) top_b = v;
             }
+            top1_diff += top_a != top_b;
         }
     }
-    /* The same kernels run on every row, so the logits agree exactly. */
-    CHECKF(worst == 0, "rows %d, kv %s, %d threads: max |batched - single| = %.3g", n, kv == MUSER_KV_F16 ? "f16" : "f32",
+    /* Logits here have a spread of several units; 1e-3 is summation order. */
+    CHECKF(worst <= 1e-3 && top1_diff == 0, "rows %d, kv %s, %d threads: max |batched - single| = %.3g, %d top-1 changes",
+           n, kv == MUSER_KV_F16 ? "f16" : "f32", threads, worst, top1_diff);
+    printf("rows %d, kv %s, %d threads: max |batched - single| = %.3g\n", n, kv == MUSER_KV_F16 ? "f16" : "f32",
            threads, worst);
     for (int i = 0; i < n; i++) {
         muser_session_free(batch[i]);
