@@ -439,3 +439,24 @@ describe('a llama model without the chat format', () => {
     assert.equal((await postRaw(srv.url, '/apply-template', JSON.stringify({ messages: user('hi') }))).status, 400);
   });
 });
+
+describe('shutdown while requests run', () => {
+  test('SIGTERM ends streams and waiting requests, and the server exits cleanly', async () => {
+    const srv = await startServer(['--parallel', '1', '--queue', '4']);
+    const client = srv.client();
+    const t = await postRaw(srv.url, '/tokenize', JSON.stringify({ content: '<|eot|><|end_of_text|>' }));
+    const noEnd = Object.fromEntries(t.json.tokens.map((id) => [String(id), -100]));
+    const running = await client.chat.completions.create({ messages: user('run'), max_tokens: 100000, stream: true, logit_bias: noEnd });
+    const it = running[Symbol.asyncIterator]();
+    await it.next();
+    const waiting = client.chat.completions.create({ messages: user('wait'), max_tokens: 5, logit_bias: noEnd })
+      .then(() => 'answered', (e) => e.status);
+    await new Promise((r) => setTimeout(r, 200));
+    const t0 = Date.now();
+    await srv.stop(); // asserts exit status 0 and no sanitizer report
+    assert.ok(Date.now() - t0 < 10000, 'shutdown took too long');
+    assert.equal(await waiting, 503);
+    // the stream ends (an error event or a closed connection), it does not hang
+    await assert.rejects((async () => { for (let r = await it.next(); !r.done; r = await it.next()); throw new Error('ended'); })());
+  });
+});
