@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# cuda_device_run.sh — one call on a GPU machine: correctness first, then
+# timing, a short table last. Run from the repository root with the build
+# outputs in .devtree/ (muser, test_cuda, bench_cuda, lib/, shared/):
+#   bash .devtree/cuda_device_run.sh [tests|bench|all] [bench args...]
+# Logs go to $OUT (or /tmp/cuda-run).
+set -u
+D=.devtree
+OUT=${OUT:-/tmp/cuda-run}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+what=${1:-all}
+shift || true
+t0=$(date +%s)
+stamp() { echo "[+$(( $(date +%s) - t0 ))s] $*"; }
+
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv |
+    tee "$OUT/gpu.txt"
+ldd $D/muser | grep -E "not found" && echo "MISSING LIBRARIES"
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+    stamp "test_cuda"
+    MUSER_TEST_DATA=$PWD/tests/data MUSER_DATA_DIR=$PWD/$D/shared timeout 400 $D/test_cuda >"$OUT/test_cuda.log" 2>&1
+    echo "test_cuda rc=$?"
+    grep -E "CHECK failed|SKIPPED|passed|exact kv|kv f16|decode:|^  [a-zA-Z]" "$OUT/test_cuda.log" | head -80
+    stamp "muser parity --backend cuda"
+    N=tests/data/fixtures/nano
+    timeout 60 $D/muser parity -m $N/nano-Q4_K_M.gguf --tokens $N/tokens.txt --ref $N/nano-Q4_K_M.exact.f32 \
+        --backend cuda --kv f32 2>&1 | tail -4
+fi
+
+if [ "$what" = bench ] || [ "$what" = all ]; then
+    M=/tmp/m.gguf
+    shm=$(df -B1G --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+    [ -n "$shm" ] && [ "$shm" -ge 24 ] && M=/dev/shm/m.gguf
+    if [ ! -s "$M" ]; then
+        stamp "synth 30b meta-17gb -> $M"
+        /usr/bin/time -v $D/muser synth --preset 30b --mix meta-17gb -o $M 2>"$OUT/synth.log" >/dev/null
+        grep -E "synth: wrote|Elapsed|Maximum resident" "$OUT/synth.log"
+    fi
+    stamp "bench_cuda $*"
+    timeout 420 $D/bench_cuda -m $M "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^cuda: uploading"
+    echo "bench rc=$?"
+fi
+stamp done

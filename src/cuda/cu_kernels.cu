@@ -1,0 +1,482 @@
+/* cu_kernels.cu — weight repacking and dequantization, the matvec family
+ * with its fused epilogues, the residual/norm tail, the token embedding and
+ * small elementwise kernels.
+ *
+ * Matvec: one warp per output row. A warp issues all of a batch's 16-byte
+ * weight loads (NB per lane, 512 bytes per warp per load) before any
+ * arithmetic, and the first batch before griddepcontrol.wait, so a kernel
+ * launched early (PDL) streams its weights while its predecessor finishes.
+ * Several matrices over the same input (q, k, v, gate) form one row space
+ * and one launch.
+ */
+#include <math.h>
+
+#include "cuda/cu_device.cuh"
+
+#define MV_WARPS 8
+#define MV_THREADS (MV_WARPS * 32)
+#define MV_NB 4
+
+static bool g_pdl = false;
+extern "C" void mu_cu_set_pdl(bool on) { g_pdl = on; }
+extern "C" bool mu_cu_get_pdl(void) { return g_pdl; }
+
+/* Launches with the programmatic-serialization attribute when PDL is on. */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                          Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/* ---- layouts and repacking -------------------------------------------------------- */
+
+extern "C" bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, mu_cu_layout *o) {
+    o->qs = o->qh = o->meta = o->d = 0;
+    const uint64_t r = (uint64_t)rows;
+    switch (type) {
+    case MU_TYPE_Q4_K:
+        if (cols % 256) return false;
+        o->qs = r * (cols / 256) * 128;
+        o->meta = r * (cols / 256) * 16;
+        return true;
+    case MU_TYPE_Q5_K:
+        if (cols % 256) return false;
+        o->qs = r * (cols / 256) * 128;
+        o->qh = r * (cols / 256) * 32;
+        o->meta = r * (cols / 256) * 16;
+        return true;
+    case MU_TYPE_Q6_K:
+        if (cols % 256) return false;
+        o->qs = r * (cols / 256) * 128;
+        o->qh = r * (cols / 256) * 64;
+        o->meta = r * (cols / 256) * 16;
+        o->d = r * (cols / 256) * 2;
+        return true;
+    case MU_TYPE_Q8_0:
+        if (cols % 32) return false;
+        o->qs = r * cols;
+        o->d = r * (cols / 32) * 2;
+        return true;
+    case MU_TYPE_Q4_0:
+        if (cols % 32) return false;
+        o->qs = r * (cols / 32) * 16;
+        o->d = r * (cols / 32) * 2;
+        return true;
+    case MU_TYPE_F32: if (cols % 4) return false; o->qs = r * cols * 4; return true;
+    case MU_TYPE_F16:
+    case MU_TYPE_BF16: if (cols % 8) return false; o->qs = r * cols * 2; return true;
+    default: return false;
+    }
+}
+
+/* One thread per block of the file's layout: bytes move to their streams. */
+__global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, int64_t nrows) {
+    int bpr = 0, bb = 0;
+    switch (w.type) {
+    case MU_TYPE_Q4_K: bpr = (int)(w.cols / 256), bb = 144; break;
+    case MU_TYPE_Q5_K: bpr = (int)(w.cols / 256), bb = 176; break;
+    case MU_TYPE_Q6_K: bpr = (int)(w.cols / 256), bb = 210; break;
+    case MU_TYPE_Q8_0: bpr = (int)(w.cols / 32), bb = 34; break;
+    case MU_TYPE_Q4_0: bpr = (int)(w.cols / 32), bb = 18; break;
+    default: return;
+    }
+    const int64_t total = nrows * bpr;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = r0 + i / bpr, b = i % bpr, gb = row * bpr + b; /* global block index */
+        const uint8_t *src = raw + i * bb;
+        uint8_t *qs = (uint8_t *)w.qs, *qh = (uint8_t *)w.qh, *meta = (uint8_t *)w.meta;
+        uint16_t *d = (uint16_t *)w.d;
+        switch (w.type) {
+        case MU_TYPE_Q4_K:
+            for (int k = 0; k < 16; k++) meta[gb * 16 + k] = src[k];
+            for (int k = 0; k < 128; k++) qs[gb * 128 + k] = src[16 + k];
+            break;
+        case MU_TYPE_Q5_K:
+            for (int k = 0; k < 16; k++) meta[gb * 16 + k] = src[k];
+            for (int k = 0; k < 32; k++) qh[gb * 32 + k] = src[16 + k];
+            for (int k = 0; k < 128; k++) qs[gb * 128 + k] = src[48 + k];
+            break;
+        case MU_TYPE_Q6_K:
+            for (int k = 0; k < 128; k++) qs[gb * 128 + k] = src[k];
+            for (int k = 0; k < 64; k++) qh[gb * 64 + k] = src[128 + k];
+            for (int k = 0; k < 16; k++) meta[gb * 16 + k] = src[192 + k];
+            d[gb] = (uint16_t)(src[208] | (src[209] << 8));
+            break;
+        case MU_TYPE_Q8_0:
+            d[gb] = (uint16_t)(src[0] | (src[1] << 8));
+            for (int k = 0; k < 32; k++) qs[gb * 32 + k] = src[2 + k];
+            break;
+        case MU_TYPE_Q4_0:
+            d[gb] = (uint16_t)(src[0] | (src[1] << 8));
+            for (int k = 0; k < 16; k++) qs[gb * 16 + k] = src[2 + k];
+            break;
+        }
+    }
+}
+
+extern "C" cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, cudaStream_t s) {
+    repack_kernel<<<1024, 256, 0, s>>>(*w, (const uint8_t *)raw, r0, nrows);
+    return cudaGetLastError();
+}
+
+template <class TT, class O>
+__device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst) {
+    const int64_t upr = TT::units(w.cols), total = nrows * upr;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t rr = i / upr;
+        const int u = (int)(i % upr);
+        const RowCtx rc = TT::row(w, r0 + rr);
+        const uint4 v = ld_stream(TT::ptr(rc, u));
+        TT::dequant(rc, u, v, dst + rr * w.cols);
+    }
+}
+
+template <class O>
+__global__ void dequant_kernel(const __grid_constant__ mu_cu_weight w, int64_t r0, int64_t nrows, O *dst) {
+    MU_CU_DISPATCH(w.type, (dequant_units<TT, O>(w, r0, nrows, dst)));
+}
+
+extern "C" cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t nrows, void *dst, bool to_f16,
+                                     cudaStream_t s) {
+    if (to_f16) dequant_kernel<uint16_t><<<2048, 256, 0, s>>>(*w, r0, nrows, (uint16_t *)dst);
+    else dequant_kernel<float><<<2048, 256, 0, s>>>(*w, r0, nrows, (float *)dst);
+    return cudaGetLastError();
+}
+
+/* ---- the residual / norm tail ----------------------------------------------------------
+ * One row of n (a multiple of 32) by one block; warp w owns 32-element blocks
+ * w, w + nwarps, ... in every phase, so each thread rereads only what it
+ * wrote itself. Data other blocks or kernels wrote is read through L2. */
+__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
+    __shared__ float red[33];
+    const int n = rn.n, nblk = n / 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int64_t off = t * rn.stride;
+    float *h = rn.h + off;
+    if (rn.embd_norm) {
+        float ss = 0.f;
+        for (int b = warp; b < nblk; b += nw) {
+            const float v = __ldcg(h + b * 32 + lane);
+            ss += v * v;
+        }
+        const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)n + rn.eps_next);
+        for (int b = warp; b < nblk; b += nw) h[b * 32 + lane] = __ldcg(h + b * 32 + lane) * r;
+    }
+    float ss2 = 0.f;
+    if (rn.branch) {
+        const float *br = rn.branch + off;
+        float ss = 0.f;
+        for (int b = warp; b < nblk; b += nw) {
+            const float v = __ldcg(br + b * 32 + lane);
+            ss += v * v;
+        }
+        const float r1 = rn.w_post ? 1.0f / sqrtf(block_sum(ss, red) / (float)n + rn.eps_post) : 1.0f;
+        for (int b = warp; b < nblk; b += nw) {
+            const int i = b * 32 + lane;
+            const float v = __ldcg(br + i);
+            const float add = rn.w_post ? (v * r1) * rn.w_post[i] : v;
+            const float hv = __ldcg(h + i) + add;
+            h[i] = hv;
+            ss2 += hv * hv;
+        }
+    } else {
+        for (int b = warp; b < nblk; b += nw) {
+            const float v = __ldcg(h + b * 32 + lane);
+            ss2 += v * v;
+        }
+    }
+    const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + rn.eps_next);
+    for (int b = warp; b < nblk; b += nw) {
+        const int i = b * 32 + lane;
+        float a = __ldcg(h + i) * r2;
+        if (rn.w_next) a = a * rn.w_next[i];
+        rn.out.x[off + i] = a;
+        if (rn.out.h) rn.out.h[off + i] = f32_to_f16(a);
+        if (rn.out.q) quantize_block_warp(a, rn.out.q + off + b * 32, rn.out.ds + (off + b * 32) / 16 * 2);
+    }
+}
+
+__global__ void __launch_bounds__(256) resnorm_rows_kernel(const __grid_constant__ mu_cu_resnorm rn) {
+    pdl_wait();
+    pdl_trigger();
+    resnorm_block(rn, blockIdx.x);
+}
+
+extern "C" cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, cudaStream_t s) {
+    return launch(resnorm_rows_kernel, dim3(T), dim3(256), 0, s, rn);
+}
+
+/* ---- embedding ------------------------------------------------------------------------- */
+template <class TT>
+__device__ void embed_row(const mu_cu_weight &w, int64_t token, float *dst) {
+    const int upr = TT::units(w.cols);
+    const RowCtx rc = TT::row(w, token);
+    for (int u = threadIdx.x; u < upr; u += blockDim.x) {
+        const uint4 v = ld_stream(TT::ptr(rc, u));
+        TT::dequant(rc, u, v, dst);
+    }
+}
+
+__global__ void __launch_bounds__(256) embed_kernel(const __grid_constant__ mu_cu_weight tok, mu_cu_recs recs,
+                                                    const __grid_constant__ mu_cu_resnorm rn,
+                                                    unsigned long long *best) {
+    pdl_wait();
+    pdl_trigger();
+    const int t = blockIdx.x;
+    if (t == 0 && threadIdx.x == 0 && best) *best = 0ull;
+    const int64_t token = rec_hdr(recs, t)->token;
+    float *h = rn.h + (int64_t)t * rn.stride;
+    MU_CU_DISPATCH(tok.type, (embed_row<TT>(tok, token, h)));
+    __threadfence_block();
+    __syncthreads();
+    resnorm_block(rn, t);
+}
+
+extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
+                                   unsigned long long *best, cudaStream_t s) {
+    return launch(embed_kernel, dim3(T), dim3(256), 0, s, *tok, recs, rn, best);
+}
+
+/* ---- matvec ---------------------------------------------------------------------------- */
+
+/* dot(row, input) over the whole row, summed across the warp. The first
+ * batch of weight loads is issued before waiting on the predecessor. */
+template <class TT, int LANE>
+__device__ __forceinline__ float row_dot(const mu_cu_weight &w, int64_t row, const mu_cu_act &act, bool &waited) {
+    const int lane = threadIdx.x & 31;
+    const int n = TT::units(w.cols);
+    const RowCtx rc = TT::row(w, row);
+    float acc = 0.f;
+    for (int base = 0; base < n; base += 32 * MV_NB) {
+        uint4 v[MV_NB];
+#pragma unroll
+        for (int k = 0; k < MV_NB; k++) {
+            const int u = base + k * 32 + lane;
+            v[k] = u < n ? ld_stream(TT::ptr(rc, u)) : make_uint4(0, 0, 0, 0);
+        }
+        if (!waited) {
+            pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int k = 0; k < MV_NB; k++) {
+            const int u = base + k * 32 + lane;
+            if (u < n) acc += LANE == MU_CU_LANE_FAST ? TT::dot_q8(rc, u, v[k], act) : TT::dot_f32(rc, u, v[k], act);
+        }
+    }
+    return warp_sum(acc);
+}
+
+template <int LANE>
+__device__ float any_row_dot(const mu_cu_weight &w, int64_t row, const mu_cu_act &act, bool &waited) {
+    float r = 0.f;
+    MU_CU_DISPATCH(w.type, (r = row_dot<TT, LANE>(w, row, act, waited)));
+    return r;
+}
+
+__device__ __forceinline__ uint32_t ordered_bits(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ uint32_t hash32(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t h = a * 0x9E3779B1u ^ (b + 0x7F4A7C15u) * 0x85EBCA77u ^ c * 0xC2B2AE3Du;
+    h ^= h >> 16;
+    h *= 0x7FEB352Du;
+    h ^= h >> 15;
+    h *= 0x846CA68Bu;
+    h ^= h >> 16;
+    return h;
+}
+
+template <int LANE, int EPI>
+__global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 4 : 2) matvec_kernel(const __grid_constant__ mu_cu_mv a) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    bool waited = false;
+    pdl_trigger();
+    if constexpr (EPI == MU_CU_EPI_GATEUP) {
+        /* 32 output rows per block: gate and up rows 4*warp .. 4*warp+3 */
+        __shared__ float prod[32];
+        const int64_t j0 = (int64_t)blockIdx.x * 32;
+#pragma unroll 1
+        for (int i = 0; i < 4; i++) {
+            const int64_t r = j0 + warp * 4 + i;
+            const float g = any_row_dot<LANE>(a.seg[0].w, r, a.act, waited);
+            const float u = any_row_dot<LANE>(a.seg[1].w, r, a.act, waited);
+            if (lane == 0) prod[warp * 4 + i] = g / (1.0f + expf(-g)) * u;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            const float v = prod[lane];
+            a.gu.x[j0 + lane] = v;
+            if (a.gu.h) a.gu.h[j0 + lane] = f32_to_f16(v);
+            if (a.gu.q) quantize_block_warp(v, a.gu.q + j0, a.gu.ds + j0 / 16 * 2);
+        }
+        return;
+    } else {
+    /* one row of the concatenated row space per warp */
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + warp;
+    int si = 0;
+    int64_t rl = r;
+    while (si < a.nseg && rl >= a.seg[si].w.rows) {
+        rl -= a.seg[si].w.rows;
+        si++;
+    }
+    float y = 0.f;
+    const bool have = si < a.nseg;
+    if (have) y = any_row_dot<LANE>(a.seg[si].w, rl, a.act, waited);
+    if (!waited) pdl_wait();
+
+    if constexpr (EPI == MU_CU_EPI_LOGITS) {
+        __shared__ unsigned long long best_w[MV_WARPS];
+        unsigned long long key = 0ull;
+        if (have) {
+            float v = y * a.logit_scale;
+            if (a.softcap != 0.0f) v = tanh_precise(v * (1.0f / a.softcap)) * a.softcap;
+            if (lane == 0) a.seg[si].y[rl] = v;
+            float sel = v;
+            const float temp = a.hdr->temperature;
+            if (temp > 0.0f) {
+                const uint32_t h = hash32(a.hdr->seed, (uint32_t)a.hdr->pos, (uint32_t)rl);
+                const float uu = ((float)(h >> 8) + 0.5f) * (1.0f / 16777216.0f);
+                sel = v / temp - logf(-logf(uu)); /* Gumbel-max: a softmax sample */
+            }
+            key = ((unsigned long long)ordered_bits(sel) << 32) | (unsigned long long)(0xFFFFFFFFu - (uint32_t)rl);
+        }
+        if (lane == 0) best_w[warp] = key;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long m = 0ull;
+            for (int i = 0; i < MV_WARPS; i++) m = best_w[i] > m ? best_w[i] : m;
+            if (m) atomicMax(a.best, m);
+        }
+        return;
+    }
+
+    if (have && lane == 0) {
+        a.seg[si].y[rl] = y;
+        if (EPI == MU_CU_EPI_RESNORM) __threadfence();
+    }
+    if constexpr (EPI == MU_CU_EPI_RESNORM) {
+        /* the last block to finish runs the residual + norm tail */
+        __shared__ int is_last;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            const unsigned prev = atomicAdd(a.counter, 1u);
+            is_last = prev == gridDim.x - 1;
+        }
+        __syncthreads();
+        if (is_last) {
+            __threadfence();
+            resnorm_block(a.rn, 0);
+            if (threadIdx.x == 0) *a.counter = 0u;
+        }
+    }
+    }
+}
+
+template <int LANE>
+static cudaError_t launch_mv(const mu_cu_mv *a, unsigned blocks, cudaStream_t s) {
+    switch (a->epi) {
+    case MU_CU_EPI_GATEUP: return launch(matvec_kernel<LANE, MU_CU_EPI_GATEUP>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    case MU_CU_EPI_RESNORM: return launch(matvec_kernel<LANE, MU_CU_EPI_RESNORM>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    case MU_CU_EPI_LOGITS: return launch(matvec_kernel<LANE, MU_CU_EPI_LOGITS>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    default: return launch(matvec_kernel<LANE, MU_CU_EPI_STORE>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    }
+}
+
+extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *a, cudaStream_t s) {
+    int64_t blocks;
+    if (a->epi == MU_CU_EPI_GATEUP) {
+        blocks = a->seg[0].w.rows / 32;
+    } else {
+        int64_t rows = 0;
+        for (int i = 0; i < a->nseg; i++) rows += a->seg[i].w.rows;
+        blocks = (rows + MV_WARPS - 1) / MV_WARPS;
+    }
+    if (a->lane == MU_CU_LANE_FAST) return launch_mv<MU_CU_LANE_FAST>(a, (unsigned)blocks, s);
+    return launch_mv<MU_CU_LANE_EXACT>(a, (unsigned)blocks, s);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------- */
+
+__global__ void swiglu_kernel(float *g, const float *u, uint16_t *h, int64_t total) {
+    pdl_wait();
+    pdl_trigger();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = g[i];
+        const float v = x / (1.0f + expf(-x)) * u[i];
+        g[i] = v;
+        if (h) h[i] = f32_to_f16(v);
+    }
+}
+
+extern "C" cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, cudaStream_t s) {
+    return launch(swiglu_kernel, dim3(1024), dim3(256), 0, s, g, u, h, n * T);
+}
+
+__global__ void logits_finish_kernel(float *x, int64_t n, float scale, float softcap) {
+    pdl_wait();
+    pdl_trigger();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i] * scale;
+        if (softcap != 0.0f) v = tanh_precise(v * (1.0f / softcap)) * softcap;
+        x[i] = v;
+    }
+}
+
+extern "C" cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float softcap, cudaStream_t s) {
+    return launch(logits_finish_kernel, dim3(2048), dim3(256), 0, s, logits, n, scale, softcap);
+}
+
+__global__ void to_f16_kernel(const float *x, uint16_t *h, int64_t n) {
+    pdl_wait();
+    pdl_trigger();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        h[i] = f32_to_f16(x[i]);
+}
+
+extern "C" cudaError_t mu_cu_to_f16(const float *x, uint16_t *h, int64_t n, cudaStream_t s) {
+    return launch(to_f16_kernel, dim3(1024), dim3(256), 0, s, x, h, n);
+}
+
+__global__ void fill_random_kernel(void *dst, int64_t n, bool f32, uint64_t seed, float scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint32_t a = hash32((uint32_t)seed, (uint32_t)(i >> 32), (uint32_t)i);
+        const uint32_t b = hash32((uint32_t)(seed >> 32) + 1u, (uint32_t)i, a);
+        /* sum of two uniforms, centred: a cheap bell-shaped value in [-1, 1] * scale * 1.7 */
+        const float v = (((float)(a >> 8) + (float)(b >> 8)) * (1.0f / 16777216.0f) - 1.0f) * 1.7f * scale;
+        if (f32) ((float *)dst)[i] = v;
+        else ((uint16_t *)dst)[i] = f32_to_f16(v);
+    }
+}
+
+extern "C" cudaError_t mu_cu_fill_random(void *dst, int64_t n, bool f32, uint64_t seed, float scale, cudaStream_t s) {
+    fill_random_kernel<<<2048, 256, 0, s>>>(dst, n, f32, seed, scale);
+    return cudaGetLastError();
+}
+
+/* int8 blocks of T rows of n (tests; the forward pass quantizes inside the
+ * kernels that produce the activations). One warp per 32-element block. */
+__global__ void quantize_rows_kernel(const float *x, int8_t *q, float *ds, int64_t blocks) {
+    const int64_t blk = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    if (blk >= blocks) return;
+    quantize_block_warp(x[blk * 32 + (threadIdx.x & 31)], q + blk * 32, ds + blk * 4);
+}
+
+extern "C" cudaError_t mu_cu_quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, cudaStream_t s) {
+    const int64_t blocks = n * T / 32;
+    quantize_rows_kernel<<<(unsigned)((blocks * 32 + 255) / 256), 256, 0, s>>>(x, q, ds, blocks);
+    return cudaGetLastError();
+}
