@@ -20,7 +20,7 @@ ldd $D/muser | grep -E "not found" && echo "MISSING LIBRARIES"
 
 if [ "$what" = tests ] || [ "$what" = all ]; then
     stamp "test_cuda"
-    MUSER_TEST_DATA=$PWD/tests/data MUSER_DATA_DIR=$PWD/$D/shared timeout 400 $D/test_cuda >"$OUT/test_cuda.log" 2>&1
+    MUSER_TEST_DATA=$PWD/tests/data MUSER_DATA_DIR=$PWD/$D/shared timeout 200 $D/test_cuda >"$OUT/test_cuda.log" 2>&1
     echo "test_cuda rc=$?"
     grep -E "CHECK failed|SKIPPED|passed|exact kv|kv f16|decode:|^  [a-zA-Z]" "$OUT/test_cuda.log" | head -80
     stamp "muser parity --backend cuda"
@@ -39,7 +39,13 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
         grep -E "synth: wrote|Elapsed|Maximum resident" "$OUT/synth.log"
     fi
     stamp "bench_cuda $*"
-    timeout 420 $D/bench_cuda -m $M "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^cuda: uploading"
+    timeout 300 $D/bench_cuda -m $M "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^cuda: uploading"
     echo "bench rc=$?"
 fi
 stamp done
+if [ "$what" = sass ] || [ "$what" = all ]; then
+    CU=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+    $CU --dump-sass $D/bench_cuda 2>/dev/null | grep -oE "LDG\.E\.128[A-Z.]*|LDG\.E\.[A-Z0-9.]*|IDP\.4A[A-Z.]*|HMMA\.[A-Z0-9.]*" |
+        sort | uniq -c | sort -rn | head -8 >"$OUT/sass.txt"
+    echo "SASS instruction counts:"; cat "$OUT/sass.txt"
+fi
