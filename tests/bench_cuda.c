@@ -30,7 +30,8 @@ static double now_s(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--kv f16|f32] [--depths 0,512,...] [--gen N]\n"
-                    "                  [--pp N] [--profile] [--check N] [--copy-gb G]\n");
+                    "                  [--pp N] [--profile] [--ab] [--check N] [--copy-gb G]\n"
+                    "--ab: decode at depth 0 under each launch/kernel variant (rows per warp, PDL, graph)\n");
 }
 
 int main(int argc, char **argv) {
@@ -38,7 +39,7 @@ int main(int argc, char **argv) {
     muser_lane lane = MUSER_LANE_FAST;
     muser_kv_type kv = MUSER_KV_F16;
     int gen = 64, pp = 512, check = 0;
-    bool profile = false;
+    bool profile = false, ab = false;
     double copy_gb = 4.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -52,6 +53,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--check") && v) check = atoi(v), i++;
         else if (!strcmp(a, "--copy-gb") && v) copy_gb = atof(v), i++;
         else if (!strcmp(a, "--profile")) profile = true;
+        else if (!strcmp(a, "--ab")) ab = true;
         else {
             usage();
             return 2;
@@ -179,6 +181,32 @@ int main(int argc, char **argv) {
         printf("decode depth %6lld: %7.1f tok/s  %6.3f ms/token  %6.2f GB/token  %6.0f GB/s  %5.1f%% of copy\n",
                (long long)d, tok_s[di], 1e3 / tok_s[di], bytes_tok[di] / 1e9, gbs[di], 100.0 * gbs[di] / copy_bw);
         fflush(stdout);
+    }
+
+    if (ab) {
+        /* variants: rows per warp, PDL, graph (the default last, as the reference) */
+        static const int var[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 0, 1}, {4, 0, 0}, {4, 1, 1}};
+        printf("\nA/B at depth 0 (%d tokens each):\n| rows/warp | PDL | graph | tok/s | ms/token |\n|---:|---|---|---:|---:|\n",
+               gen);
+        for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++) {
+            mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
+            mu_cuda_set_synthetic_depth(b, 0, 5);
+            muser_token tok = toks[0], next = 0;
+            int pos = 0;
+            double t1 = 0;
+            for (int i = 0; i < gen + 3; i++, pos++) {
+                if (i == 3) t1 = now_s();
+                if (mu_cuda_decode_select(b, tok, pos, 0.0f, 0, NULL, &next) != 0) {
+                    fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+                    return 1;
+                }
+                tok = next;
+            }
+            const double ts = gen / (now_s() - t1);
+            printf("| %d | %s | %s | %.1f | %.3f |\n", var[vi][0], var[vi][1] ? "on" : "off", var[vi][2] ? "on" : "off", ts,
+                   1e3 / ts);
+            fflush(stdout);
+        }
     }
 
     double pp_tok_s = 0;

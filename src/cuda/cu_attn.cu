@@ -317,14 +317,18 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
         float sc[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
+            /* hi and lo parts in separate accumulators: two chains of 8 mma, not one of 16 */
+            float slo[4] = {0.f, 0.f, 0.f, 0.f};
             sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
 #pragma unroll
             for (int ks = 0; ks < 8; ks++) {
                 const uint32_t b0 = word_of(kw[nt][ks >> 1], 2 * (ks & 1));
                 const uint32_t b1 = word_of(kw[nt][ks >> 1], 2 * (ks & 1) + 1);
                 mma16816(sc[nt], qa_hi[ks], b0, b1);
-                mma16816(sc[nt], qa_lo[ks], b0, b1);
+                mma16816(slo, qa_lo[ks], b0, b1);
             }
+#pragma unroll
+            for (int r = 0; r < 4; r++) sc[nt][r] += slo[r];
             /* C: [0] (head gq, row 2tq), [1] (gq, 2tq+1), [2] (gq+8, 2tq), [3] (gq+8, 2tq+1) */
 #pragma unroll
             for (int r = 0; r < 4; r++)
@@ -418,25 +422,41 @@ extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaSt
     return launch_pdl(attn_f32_kernel<false>, grid, dim3(128), 0, s, *a);
 }
 
-/* ---- reducer: merge the splits, divide once, gate ------------------------------------------ */
-__global__ void __launch_bounds__(128) attn_reduce_kernel(const __grid_constant__ mu_cu_reduce a) {
+/* ---- reducer: merge the splits, divide once, gate ------------------------------------------
+ * 512 threads per (token, head): the split maxima and weights in parallel,
+ * then four groups of 128 (one dim each) sum a quarter of the splits. */
+__global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant__ mu_cu_reduce a) {
+    __shared__ float sf[512], red[33], so[4][128];
     pdl_wait();
     pdl_trigger();
-    const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+    const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
     const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);
     const int64_t base = ((int64_t)t * a.n_head + h) * a.split_cap;
-    float M = -INFINITY;
-    for (int s = 0; s < S; s++) M = fmaxf(M, __ldcg(a.part_m + base + s));
-    float L = 0.f, O = 0.f;
-    for (int s = 0; s < S; s++) {
-        const float ms = __ldcg(a.part_m + base + s);
-        if (ms == -INFINITY) continue;
-        const float f = exp2f(ms - M);
-        L += f * __ldcg(a.part_l + base + s);
-        O += f * __ldcg(a.part_o + (base + s) * 128 + d);
+    const float ms = tid < S ? __ldcg(a.part_m + base + tid) : -INFINITY;
+    /* block max */
+    float mx = warp_max(ms);
+    if ((tid & 31) == 0) red[tid >> 5] = mx;
+    __syncthreads();
+    if (tid < 32) {
+        float v = tid < 16 ? red[tid] : -INFINITY;
+        v = warp_max(v);
+        if (tid == 0) red[32] = v;
     }
-    float o = O * (1.0f / L);
+    __syncthreads();
+    const float M = red[32];
+    const float f = ms == -INFINITY ? 0.f : exp2f(ms - M);
+    sf[tid] = f;
+    const float L = block_sum(tid < S ? f * __ldcg(a.part_l + base + tid) : 0.f, red);
+    const int g = tid >> 7, d = tid & 127;
+    float O = 0.f;
+#pragma unroll 8
+    for (int s = g; s < S; s += 4)
+        if (sf[s] != 0.f) O += sf[s] * __ldcg(a.part_o + (base + s) * 128 + d);
+    so[g][d] = O;
+    __syncthreads();
+    if (tid >= 128) return;
+    float o = (so[0][d] + so[1][d] + so[2][d] + so[3][d]) * (1.0f / L);
     if (a.gate) {
         const float gv = __ldcg(a.gate + (int64_t)t * a.gate_stride + h * 128 + d);
         o *= 1.0f / (1.0f + expf(-gv));
@@ -451,5 +471,5 @@ __global__ void __launch_bounds__(128) attn_reduce_kernel(const __grid_constant_
 }
 
 extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s) {
-    return launch_pdl(attn_reduce_kernel, dim3(a->n_head, a->T), dim3(128), 0, s, *a);
+    return launch_pdl(attn_reduce_kernel, dim3(a->n_head, a->T), dim3(512), 0, s, *a);
 }

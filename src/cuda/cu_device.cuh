@@ -84,14 +84,19 @@ __device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_floa
 
 /* Quantizes one 32-element block held one value per lane (the fast lane's
  * activation format): d = amax/127, q = round(x/d); lanes 0 and 16 write the
- * block scale with the sum of their half's inputs. q, ds: the block's base. */
+ * block scale with d times the sum of their half's int8 values. q, ds: the
+ * block's base. */
 __device__ __forceinline__ void quantize_block_warp(float x, int8_t *q, float *ds) {
     const int lane = threadIdx.x & 31;
     const float amax = warp_max(fabsf(x));
     const float d = amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    q[lane] = (int8_t)(int)roundf(x * id);
-    const float s = half_warp_sum(x);
+    const int qi = (int)roundf(x * id);
+    q[lane] = (int8_t)qi;
+    /* d * sum(q), not sum(x): the K-quant min term then sees the same
+     * rounded activations as the scale term, and their errors cancel
+     * (measured: half the KL of sum(x) on Q4_K models) */
+    const float s = d * half_warp_sum((float)qi);
     if ((lane & 15) == 0) {
         ds[(lane >> 4) * 2 + 0] = d;
         ds[(lane >> 4) * 2 + 1] = s;
@@ -192,15 +197,29 @@ struct TQ4K {
         scale_min_k4(2 * c + 1, m, r.sc1, r.m1);
         return r;
     }
-    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+    /* the unit's int8 activations: low group at e0, high group at e0 + 32 */
+    struct A {
+        int4 a0, a1;
+        float2 ds0, ds1;
+    };
+    __device__ static int e0_of(int u) { return (u >> 3) * 256 + ((u & 7) >> 1) * 64 + (u & 1) * 16; }
+    __device__ static A act(int u, const mu_cu_act &a) {
+        const int e0 = e0_of(u);
+        A r;
+        r.a0 = ld_q16(a, e0), r.a1 = ld_q16(a, e0 + 32);
+        r.ds0 = ld_ds(a, e0), r.ds1 = ld_ds(a, e0 + 32);
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
         const U s = setup(rc, u);
-        const int4 a0 = ld_q16(a, s.e0), a1 = ld_q16(a, s.e0 + 32);
-        const float2 ds0 = ld_ds(a, s.e0), ds1 = ld_ds(a, s.e0 + 32);
         const uint32_t L = 0x0F0F0F0Fu;
-        const int i0 = dot16(v.x & L, v.y & L, v.z & L, v.w & L, a0);
-        const int i1 = dot16((v.x >> 4) & L, (v.y >> 4) & L, (v.z >> 4) & L, (v.w >> 4) & L, a1);
-        return s.d * ((float)s.sc0 * ds0.x * (float)i0 + (float)s.sc1 * ds1.x * (float)i1) -
-               s.dmin * ((float)s.m0 * ds0.y + (float)s.m1 * ds1.y);
+        const int i0 = dot16(v.x & L, v.y & L, v.z & L, v.w & L, x.a0);
+        const int i1 = dot16((v.x >> 4) & L, (v.y >> 4) & L, (v.z >> 4) & L, (v.w >> 4) & L, x.a1);
+        return s.d * ((float)s.sc0 * x.ds0.x * (float)i0 + (float)s.sc1 * x.ds1.x * (float)i1) -
+               s.dmin * ((float)s.m0 * x.ds0.y + (float)s.m1 * x.ds1.y);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
     }
     __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
         const U s = setup(rc, u);
@@ -254,16 +273,19 @@ struct TQ5K {
             hi[k] = ((wd >> 4) & L) | (((hb >> (2 * c + 1)) & B) << 4);
         }
     }
-    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+    typedef TQ4K::A A;
+    __device__ static A act(int u, const mu_cu_act &a) { return TQ4K::act(u, a); }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
         const TQ4K::U s = TQ4K::setup(rc, u);
         uint32_t lo[4], hi[4];
         values(rc, u, v, lo, hi);
-        const int4 a0 = ld_q16(a, s.e0), a1 = ld_q16(a, s.e0 + 32);
-        const float2 ds0 = ld_ds(a, s.e0), ds1 = ld_ds(a, s.e0 + 32);
-        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], a0);
-        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], a1);
-        return s.d * ((float)s.sc0 * ds0.x * (float)i0 + (float)s.sc1 * ds1.x * (float)i1) -
-               s.dmin * ((float)s.m0 * ds0.y + (float)s.m1 * ds1.y);
+        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], x.a0);
+        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], x.a1);
+        return s.d * ((float)s.sc0 * x.ds0.x * (float)i0 + (float)s.sc1 * x.ds1.x * (float)i1) -
+               s.dmin * ((float)s.m0 * x.ds0.y + (float)s.m1 * x.ds1.y);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
     }
     __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
         const TQ4K::U s = TQ4K::setup(rc, u);
@@ -338,14 +360,27 @@ struct TQ6K {
         r.d = f16_to_f32(__ldg(rc.d + b));
         return r;
     }
-    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+    struct A {
+        int4 a0, a1;
+        float d0, d1;
+    };
+    __device__ static int e0_of(int u) { return (u >> 3) * 256 + ((u & 7) >> 2) * 128 + (u & 3) * 16; }
+    __device__ static A act(int u, const mu_cu_act &a) {
+        const int e0 = e0_of(u);
+        A r;
+        r.a0 = ld_q16(a, e0), r.a1 = ld_q16(a, e0 + 64);
+        r.d0 = ld_ds(a, e0).x, r.d1 = ld_ds(a, e0 + 64).x;
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
         uint32_t lo[4], hi[4];
         const U s = values(rc, u, v, lo, hi);
-        const int4 a0 = ld_q16(a, s.e0), a1 = ld_q16(a, s.e0 + 64);
-        const float2 ds0 = ld_ds(a, s.e0), ds1 = ld_ds(a, s.e0 + 64);
-        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], a0);
-        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], a1);
-        return s.d * ((float)s.sc0 * ds0.x * (float)i0 + (float)s.sc1 * ds1.x * (float)i1);
+        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], x.a0);
+        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], x.a1);
+        return s.d * ((float)s.sc0 * x.d0 * (float)i0 + (float)s.sc1 * x.d1 * (float)i1);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
     }
     __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
         uint32_t lo[4], hi[4];
@@ -388,10 +423,21 @@ struct TQ80 {
         return c;
     }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    struct A {
+        int4 a0;
+        float d0;
+    };
+    __device__ static A act(int u, const mu_cu_act &a) {
+        A r;
+        r.a0 = ld_q16(a, u * 16), r.d0 = ld_ds(a, u * 16).x;
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        const int i = dot16(v.x, v.y, v.z, v.w, x.a0);
+        return f16_to_f32(__ldg(rc.d + (u >> 1))) * x.d0 * (float)i;
+    }
     __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        const int e0 = u * 16;
-        const int i = dot16(v.x, v.y, v.z, v.w, ld_q16(a, e0));
-        return f16_to_f32(__ldg(rc.d + (u >> 1))) * ld_ds(a, e0).x * (float)i;
+        return dot_a(rc, u, v, act(u, a));
     }
     __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
         const int e0 = u * 16;
@@ -427,14 +473,25 @@ struct TQ40 {
         return c;
     }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
-    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        const int e0 = u * 32;
+    struct A {
+        int4 a0, a1;
+        float d0, d1;
+    };
+    __device__ static A act(int u, const mu_cu_act &a) {
+        A r;
+        r.a0 = ld_q16(a, u * 32), r.a1 = ld_q16(a, u * 32 + 16);
+        r.d0 = ld_ds(a, u * 32).x, r.d1 = ld_ds(a, u * 32 + 16).x;
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
         const uint32_t L = 0x0F0F0F0Fu, E = 0x08080808u;
-        const int i0 = dot16(__vsub4(v.x & L, E), __vsub4(v.y & L, E), __vsub4(v.z & L, E), __vsub4(v.w & L, E),
-                             ld_q16(a, e0));
+        const int i0 = dot16(__vsub4(v.x & L, E), __vsub4(v.y & L, E), __vsub4(v.z & L, E), __vsub4(v.w & L, E), x.a0);
         const int i1 = dot16(__vsub4((v.x >> 4) & L, E), __vsub4((v.y >> 4) & L, E), __vsub4((v.z >> 4) & L, E),
-                             __vsub4((v.w >> 4) & L, E), ld_q16(a, e0 + 16));
-        return f16_to_f32(__ldg(rc.d + u)) * (ld_ds(a, e0).x * (float)i0 + ld_ds(a, e0 + 16).x * (float)i1);
+                             __vsub4((v.w >> 4) & L, E), x.a1);
+        return f16_to_f32(__ldg(rc.d + u)) * (x.d0 * (float)i0 + x.d1 * (float)i1);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
     }
     __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
         const int e0 = u * 32;
@@ -494,6 +551,13 @@ struct TFloat {
             for (int i = 0; i < 4; i++) s += val(v, 4 * k + i) * f4(xv, i);
         }
         return s;
+    }
+    struct A {
+        const mu_cu_act *a;
+    };
+    __device__ static A act(int u, const mu_cu_act &a) { return A{&a}; }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        return dot_f32(rc, u, v, *x.a);
     }
     __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
         return dot_f32(rc, u, v, a);

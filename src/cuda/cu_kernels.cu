@@ -154,10 +154,41 @@ extern "C" cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t 
 }
 
 /* ---- the residual / norm tail ----------------------------------------------------------
- * One row of n (a multiple of 32) by one block; warp w owns 32-element blocks
- * w, w + nwarps, ... in every phase, so each thread rereads only what it
- * wrote itself. Data other blocks or kernels wrote is read through L2. */
-__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
+ * One row of n (a multiple of 32) by one block of 256 threads. Each phase
+ * is one round of independent 16-byte loads (no load waits on a store), so
+ * the tail costs a few L2 round trips, not one per element: the current h
+ * is staged in shared memory; warp w owns 128-element chunks w, w + 8, ...
+ * (lane l: elements 4l .. 4l+3 of a chunk) in every phase. Data other
+ * blocks or kernels wrote is read through L2. */
+#define TAIL_MAXN 8192
+#define TAIL_PER (TAIL_MAXN / 1024) /* float4 chunks per thread at most */
+
+/* int8 blocks of 32 held 4 per lane (8 lanes a block); q, ds: row base. */
+__device__ __forceinline__ void quantize4(const float4 &v, int elem, int8_t *q, float *ds) {
+    const unsigned m = __activemask(); /* whole 8-lane groups are active (n % 32 == 0) */
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    amax = fmaxf(amax, __shfl_xor_sync(m, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(m, amax, 2));
+    amax = fmaxf(amax, __shfl_xor_sync(m, amax, 4));
+    const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    const int q0 = (int)roundf(v.x * id), q1 = (int)roundf(v.y * id), q2 = (int)roundf(v.z * id), q3 = (int)roundf(v.w * id);
+    *reinterpret_cast<uint32_t *>(q + elem) =
+        (uint32_t)(q0 & 0xFF) | ((uint32_t)(q1 & 0xFF) << 8) | ((uint32_t)(q2 & 0xFF) << 16) | ((uint32_t)(q3 & 0xFF) << 24);
+    float sq = (float)(q0 + q1 + q2 + q3);
+    sq += __shfl_xor_sync(m, sq, 1);
+    sq += __shfl_xor_sync(m, sq, 2);
+    if ((threadIdx.x & 3) == 0) {
+        ds[elem / 16 * 2 + 0] = d;
+        ds[elem / 16 * 2 + 1] = d * sq;
+    }
+}
+
+__device__ __forceinline__ float4 f4mul(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
+__device__ __forceinline__ float f4dot(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+
+/* The slow path for rows wider than TAIL_MAXN: the same arithmetic in
+ * place in global memory. */
+__device__ void resnorm_block_wide(const mu_cu_resnorm &rn, int64_t t) {
     __shared__ float red[33];
     const int n = rn.n, nblk = n / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -206,6 +237,78 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
     }
 }
 
+__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
+    __shared__ float red[33];
+    __shared__ __align__(16) float sv[TAIL_MAXN];
+    if (rn.n > TAIL_MAXN || blockDim.x != 256) {
+        resnorm_block_wide(rn, t);
+        return;
+    }
+    const int n = rn.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t off = t * rn.stride;
+    float *__restrict__ h = rn.h + off;
+    const float *__restrict__ br = rn.branch ? rn.branch + off : nullptr;
+    const float *__restrict__ wp = rn.w_post;
+    const float *__restrict__ wn = rn.w_next;
+    float4 *s4 = reinterpret_cast<float4 *>(sv);
+#define TAIL_FOR(k, e) \
+    _Pragma("unroll") for (int k = 0; k < TAIL_PER; k++) if (const int e = ((warp + 8 * k) * 32 + lane) * 4; e < n)
+
+    /* the current h, staged */
+    float ss = 0.f;
+    TAIL_FOR(k, e) {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(h + e));
+        s4[e / 4] = v;
+        ss += f4dot(v);
+    }
+    if (rn.embd_norm) {
+        const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)n + rn.eps_next);
+        TAIL_FOR(k, e) s4[e / 4] = f4mul(s4[e / 4], r);
+    }
+    float ss2 = 0.f;
+    if (br) {
+        float r1 = 1.0f;
+        if (wp) {
+            float st = 0.f;
+            TAIL_FOR(k, e) st += f4dot(__ldcg(reinterpret_cast<const float4 *>(br + e)));
+            r1 = 1.0f / sqrtf(block_sum(st, red) / (float)n + rn.eps_post);
+        }
+        TAIL_FOR(k, e) {
+            const float4 tv = __ldcg(reinterpret_cast<const float4 *>(br + e));
+            float4 add = tv;
+            if (wp) {
+                const float4 w = *reinterpret_cast<const float4 *>(wp + e);
+                add = make_float4((tv.x * r1) * w.x, (tv.y * r1) * w.y, (tv.z * r1) * w.z, (tv.w * r1) * w.w);
+            }
+            float4 hv = s4[e / 4];
+            hv = make_float4(hv.x + add.x, hv.y + add.y, hv.z + add.z, hv.w + add.w);
+            s4[e / 4] = hv;
+            ss2 += f4dot(hv);
+        }
+    } else if (rn.embd_norm) {
+        TAIL_FOR(k, e) ss2 += f4dot(s4[e / 4]);
+    } else {
+        ss2 = ss;
+    }
+    const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + rn.eps_next);
+    TAIL_FOR(k, e) {
+        const float4 hv = s4[e / 4];
+        if (br || rn.embd_norm) *reinterpret_cast<float4 *>(h + e) = hv;
+        float4 a = f4mul(hv, r2);
+        if (wn) {
+            const float4 w = *reinterpret_cast<const float4 *>(wn + e);
+            a = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
+        }
+        *reinterpret_cast<float4 *>(rn.out.x + off + e) = a;
+        if (rn.out.h) {
+            uint16_t *o = rn.out.h + off + e;
+            o[0] = f32_to_f16(a.x), o[1] = f32_to_f16(a.y), o[2] = f32_to_f16(a.z), o[3] = f32_to_f16(a.w);
+        }
+        if (rn.out.q) quantize4(a, e, rn.out.q + off, rn.out.ds + off / 16 * 2);
+    }
+#undef TAIL_FOR
+}
+
 __global__ void __launch_bounds__(256) resnorm_rows_kernel(const __grid_constant__ mu_cu_resnorm rn) {
     pdl_wait();
     pdl_trigger();
@@ -249,39 +352,60 @@ extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int
 
 /* ---- matvec ---------------------------------------------------------------------------- */
 
-/* dot(row, input) over the whole row, summed across the warp. The first
- * batch of weight loads is issued before waiting on the predecessor. */
-template <class TT, int LANE>
-__device__ __forceinline__ float row_dot(const mu_cu_weight &w, int64_t row, const mu_cu_act &act, bool &waited) {
+/* dot(row, input) for nr <= R consecutive rows of one matrix, summed across
+ * the warp into out[0 .. nr). The lane loads the unit's activations once
+ * and applies them to all R rows (R = 4 cuts the L1 traffic of the int8
+ * activations per weight byte by 4). The first batch of weight loads is
+ * issued before waiting on the predecessor. */
+template <class TT, int LANE, int R>
+__device__ __forceinline__ void rows_dot(const mu_cu_weight &w, int64_t row0, int nr, const mu_cu_act &act,
+                                         bool &waited, float *out) {
+    constexpr int NB = R == 1 ? MV_NB : 2; /* loads per lane per row per batch */
     const int lane = threadIdx.x & 31;
     const int n = TT::units(w.cols);
-    const RowCtx rc = TT::row(w, row);
-    float acc = 0.f;
-    for (int base = 0; base < n; base += 32 * MV_NB) {
-        uint4 v[MV_NB];
+    RowCtx rc[R];
 #pragma unroll
-        for (int k = 0; k < MV_NB; k++) {
+    for (int r = 0; r < R; r++) rc[r] = TT::row(w, row0 + (r < nr ? r : 0));
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    for (int base = 0; base < n; base += 32 * NB) {
+        uint4 v[R][NB];
+#pragma unroll
+        for (int k = 0; k < NB; k++) {
             const int u = base + k * 32 + lane;
-            v[k] = u < n ? ld_stream(TT::ptr(rc, u)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                v[r][k] = (u < n && r < nr) ? ld_stream(TT::ptr(rc[r], u)) : make_uint4(0, 0, 0, 0);
         }
         if (!waited) {
             pdl_wait();
             waited = true;
         }
 #pragma unroll
-        for (int k = 0; k < MV_NB; k++) {
+        for (int k = 0; k < NB; k++) {
             const int u = base + k * 32 + lane;
-            if (u < n) acc += LANE == MU_CU_LANE_FAST ? TT::dot_q8(rc, u, v[k], act) : TT::dot_f32(rc, u, v[k], act);
+            if (u >= n) continue;
+            if constexpr (LANE == MU_CU_LANE_FAST) {
+                const typename TT::A x = TT::act(u, act);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (r < nr) acc[r] += TT::dot_a(rc[r], u, v[r][k], x);
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (r < nr) acc[r] += TT::dot_f32(rc[r], u, v[r][k], act);
+            }
         }
     }
-    return warp_sum(acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) out[r] = warp_sum(acc[r]);
 }
 
-template <int LANE>
-__device__ float any_row_dot(const mu_cu_weight &w, int64_t row, const mu_cu_act &act, bool &waited) {
-    float r = 0.f;
-    MU_CU_DISPATCH(w.type, (r = row_dot<TT, LANE>(w, row, act, waited)));
-    return r;
+template <int LANE, int R>
+__device__ void any_rows_dot(const mu_cu_weight &w, int64_t row0, int nr, const mu_cu_act &act, bool &waited,
+                             float *out) {
+    MU_CU_DISPATCH(w.type, (rows_dot<TT, LANE, R>(w, row0, nr, act, waited, out)));
 }
 
 __device__ __forceinline__ uint32_t ordered_bits(float f) {
@@ -299,114 +423,134 @@ __device__ __forceinline__ uint32_t hash32(uint32_t a, uint32_t b, uint32_t c) {
     return h;
 }
 
-template <int LANE, int EPI>
-__global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 4 : 2) matvec_kernel(const __grid_constant__ mu_cu_mv a) {
+template <int LANE, int EPI, int R>
+__global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? (R == 1 ? (EPI == MU_CU_EPI_GATEUP ? 3 : 4) : (R == 2 ? 3 : 2)) : 2)
+    matvec_kernel(const __grid_constant__ mu_cu_mv a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     bool waited = false;
     pdl_trigger();
     if constexpr (EPI == MU_CU_EPI_GATEUP) {
         /* 32 output rows per block: gate and up rows 4*warp .. 4*warp+3 */
         __shared__ float prod[32];
-        const int64_t j0 = (int64_t)blockIdx.x * 32;
-#pragma unroll 1
-        for (int i = 0; i < 4; i++) {
-            const int64_t r = j0 + warp * 4 + i;
-            const float g = any_row_dot<LANE>(a.seg[0].w, r, a.act, waited);
-            const float u = any_row_dot<LANE>(a.seg[1].w, r, a.act, waited);
-            if (lane == 0) prod[warp * 4 + i] = g / (1.0f + expf(-g)) * u;
+        const int64_t j0 = (int64_t)blockIdx.x * 32 + warp * 4;
+        float g[4], u[4];
+#pragma unroll
+        for (int i = 0; i < 4; i += R) {
+            any_rows_dot<LANE, R>(a.seg[0].w, j0 + i, R, a.act, waited, g + i);
+            any_rows_dot<LANE, R>(a.seg[1].w, j0 + i, R, a.act, waited, u + i);
         }
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < 4; i++) prod[warp * 4 + i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         __syncthreads();
         if (warp == 0) {
+            const int64_t b0 = (int64_t)blockIdx.x * 32;
             const float v = prod[lane];
-            a.gu.x[j0 + lane] = v;
-            if (a.gu.h) a.gu.h[j0 + lane] = f32_to_f16(v);
-            if (a.gu.q) quantize_block_warp(v, a.gu.q + j0, a.gu.ds + j0 / 16 * 2);
+            a.gu.x[b0 + lane] = v;
+            if (a.gu.h) a.gu.h[b0 + lane] = f32_to_f16(v);
+            if (a.gu.q) quantize_block_warp(v, a.gu.q + b0, a.gu.ds + b0 / 16 * 2);
         }
         return;
     } else {
-    /* one row of the concatenated row space per warp */
-    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + warp;
-    int si = 0;
-    int64_t rl = r;
-    while (si < a.nseg && rl >= a.seg[si].w.rows) {
-        rl -= a.seg[si].w.rows;
-        si++;
-    }
-    float y = 0.f;
-    const bool have = si < a.nseg;
-    if (have) y = any_row_dot<LANE>(a.seg[si].w, rl, a.act, waited);
-    if (!waited) pdl_wait();
+        /* R rows of the concatenated row space per warp (segments hold whole groups) */
+        const int64_t r = ((int64_t)blockIdx.x * MV_WARPS + warp) * R;
+        int si = 0;
+        int64_t rl = r;
+        while (si < a.nseg && rl >= a.seg[si].w.rows) {
+            rl -= a.seg[si].w.rows;
+            si++;
+        }
+        float y[R];
+        const bool have = si < a.nseg;
+        const int nr = have ? (int)(a.seg[si].w.rows - rl < R ? a.seg[si].w.rows - rl : R) : 0;
+        if (have) any_rows_dot<LANE, R>(a.seg[si].w, rl, nr, a.act, waited, y);
+        if (!waited) pdl_wait();
 
-    if constexpr (EPI == MU_CU_EPI_LOGITS) {
-        __shared__ unsigned long long best_w[MV_WARPS];
-        unsigned long long key = 0ull;
-        if (have) {
-            float v = y * a.logit_scale;
-            if (a.softcap != 0.0f) v = tanh_precise(v * (1.0f / a.softcap)) * a.softcap;
-            if (lane == 0) a.seg[si].y[rl] = v;
-            float sel = v;
-            const float temp = a.hdr->temperature;
-            if (temp > 0.0f) {
-                const uint32_t h = hash32(a.hdr->seed, (uint32_t)a.hdr->pos, (uint32_t)rl);
-                const float uu = ((float)(h >> 8) + 0.5f) * (1.0f / 16777216.0f);
-                sel = v / temp - logf(-logf(uu)); /* Gumbel-max: a softmax sample */
+        if constexpr (EPI == MU_CU_EPI_LOGITS) {
+            __shared__ unsigned long long best_w[MV_WARPS];
+            unsigned long long key = 0ull;
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (i >= nr) break;
+                float v = y[i] * a.logit_scale;
+                if (a.softcap != 0.0f) v = tanh_precise(v * (1.0f / a.softcap)) * a.softcap;
+                if (lane == 0) a.seg[si].y[rl + i] = v;
+                float sel = v;
+                const float temp = a.hdr->temperature;
+                if (temp > 0.0f) {
+                    const uint32_t hsh = hash32(a.hdr->seed, (uint32_t)a.hdr->pos, (uint32_t)(rl + i));
+                    const float uu = ((float)(hsh >> 8) + 0.5f) * (1.0f / 16777216.0f);
+                    sel = v / temp - logf(-logf(uu)); /* Gumbel-max: a softmax sample */
+                }
+                const unsigned long long k2 = ((unsigned long long)ordered_bits(sel) << 32) |
+                                              (unsigned long long)(0xFFFFFFFFu - (uint32_t)(rl + i));
+                key = k2 > key ? k2 : key;
             }
-            key = ((unsigned long long)ordered_bits(sel) << 32) | (unsigned long long)(0xFFFFFFFFu - (uint32_t)rl);
+            if (lane == 0) best_w[warp] = key;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                unsigned long long m = 0ull;
+                for (int i = 0; i < MV_WARPS; i++) m = best_w[i] > m ? best_w[i] : m;
+                if (m) atomicMax(a.best, m);
+            }
+            return;
+        } else {
+            if (lane == 0) {
+#pragma unroll
+                for (int i = 0; i < R; i++)
+                    if (i < nr) a.seg[si].y[rl + i] = y[i];
+                if (EPI == MU_CU_EPI_RESNORM) __threadfence();
+            }
+            if constexpr (EPI == MU_CU_EPI_RESNORM) {
+                /* the last block to finish runs the residual + norm tail */
+                __shared__ int is_last;
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    __threadfence();
+                    const unsigned prev = atomicAdd(a.counter, 1u);
+                    is_last = prev == gridDim.x - 1;
+                }
+                __syncthreads();
+                if (is_last) {
+                    __threadfence();
+                    resnorm_block(a.rn, 0);
+                    if (threadIdx.x == 0) *a.counter = 0u;
+                }
+            }
         }
-        if (lane == 0) best_w[warp] = key;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned long long m = 0ull;
-            for (int i = 0; i < MV_WARPS; i++) m = best_w[i] > m ? best_w[i] : m;
-            if (m) atomicMax(a.best, m);
-        }
-        return;
-    }
-
-    if (have && lane == 0) {
-        a.seg[si].y[rl] = y;
-        if (EPI == MU_CU_EPI_RESNORM) __threadfence();
-    }
-    if constexpr (EPI == MU_CU_EPI_RESNORM) {
-        /* the last block to finish runs the residual + norm tail */
-        __shared__ int is_last;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            const unsigned prev = atomicAdd(a.counter, 1u);
-            is_last = prev == gridDim.x - 1;
-        }
-        __syncthreads();
-        if (is_last) {
-            __threadfence();
-            resnorm_block(a.rn, 0);
-            if (threadIdx.x == 0) *a.counter = 0u;
-        }
-    }
     }
 }
 
-template <int LANE>
+template <int LANE, int R>
 static cudaError_t launch_mv(const mu_cu_mv *a, unsigned blocks, cudaStream_t s) {
     switch (a->epi) {
-    case MU_CU_EPI_GATEUP: return launch(matvec_kernel<LANE, MU_CU_EPI_GATEUP>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
-    case MU_CU_EPI_RESNORM: return launch(matvec_kernel<LANE, MU_CU_EPI_RESNORM>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
-    case MU_CU_EPI_LOGITS: return launch(matvec_kernel<LANE, MU_CU_EPI_LOGITS>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
-    default: return launch(matvec_kernel<LANE, MU_CU_EPI_STORE>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    case MU_CU_EPI_GATEUP: return launch(matvec_kernel<LANE, MU_CU_EPI_GATEUP, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    case MU_CU_EPI_RESNORM: return launch(matvec_kernel<LANE, MU_CU_EPI_RESNORM, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    case MU_CU_EPI_LOGITS: return launch(matvec_kernel<LANE, MU_CU_EPI_LOGITS, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    default: return launch(matvec_kernel<LANE, MU_CU_EPI_STORE, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
     }
 }
 
+static int g_rows_per_warp = 4;
+extern "C" void mu_cu_set_rows_per_warp(int r) { g_rows_per_warp = r == 1 || r == 2 ? r : 4; }
+
 extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *a, cudaStream_t s) {
-    int64_t blocks;
+    /* fast lane: R rows per warp when every segment holds whole groups */
+    int R = a->lane == MU_CU_LANE_FAST ? g_rows_per_warp : 1;
+    for (int i = 0; i < a->nseg; i++)
+        while (R > 1 && a->seg[i].w.rows % R) R /= 2;
     if (a->epi == MU_CU_EPI_GATEUP) {
-        blocks = a->seg[0].w.rows / 32;
-    } else {
-        int64_t rows = 0;
-        for (int i = 0; i < a->nseg; i++) rows += a->seg[i].w.rows;
-        blocks = (rows + MV_WARPS - 1) / MV_WARPS;
+        const unsigned blocks = (unsigned)(a->seg[0].w.rows / 32);
+        if (a->lane != MU_CU_LANE_FAST) return launch_mv<MU_CU_LANE_EXACT, 1>(a, blocks, s);
+        return R == 4 ? launch_mv<MU_CU_LANE_FAST, 4>(a, blocks, s)
+                      : R == 2 ? launch_mv<MU_CU_LANE_FAST, 2>(a, blocks, s) : launch_mv<MU_CU_LANE_FAST, 1>(a, blocks, s);
     }
-    if (a->lane == MU_CU_LANE_FAST) return launch_mv<MU_CU_LANE_FAST>(a, (unsigned)blocks, s);
-    return launch_mv<MU_CU_LANE_EXACT>(a, (unsigned)blocks, s);
+    int64_t rows = 0;
+    for (int i = 0; i < a->nseg; i++) rows += a->seg[i].w.rows;
+    const unsigned blocks = (unsigned)((rows + (int64_t)MV_WARPS * R - 1) / ((int64_t)MV_WARPS * R));
+    if (a->lane != MU_CU_LANE_FAST) return launch_mv<MU_CU_LANE_EXACT, 1>(a, blocks, s);
+    return R == 4 ? launch_mv<MU_CU_LANE_FAST, 4>(a, blocks, s)
+                  : R == 2 ? launch_mv<MU_CU_LANE_FAST, 2>(a, blocks, s) : launch_mv<MU_CU_LANE_FAST, 1>(a, blocks, s);
 }
 
 /* ---- elementwise ------------------------------------------------------------------------- */

@@ -205,6 +205,8 @@ typedef struct mu_cu_reduce {
 /* ---- launch wrappers ----------------------------------------------------------------- */
 void mu_cu_set_pdl(bool on);
 bool mu_cu_get_pdl(void);
+/* Fast-lane matvec rows per warp (1, 2 or 4; default 4). */
+void mu_cu_set_rows_per_warp(int r);
 
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams. */
 cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, cudaStream_t s);

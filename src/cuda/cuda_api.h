@@ -48,8 +48,9 @@ int mu_cuda_launches_per_token(const mu_backend *b);
 /* Weight bytes on the device that one decoded token streams. */
 uint64_t mu_cuda_weight_bytes(const mu_backend *b);
 
-/* Runtime switches (tests): graph replay of the token step, programmatic
- * dependent launch, and the tensor-core attention path. */
-void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma);
+/* Runtime switches (tests, benchmark A/B; -1 leaves one as it is): graph
+ * replay of the token step, programmatic dependent launch, the tensor-core
+ * attention path, and fast-lane matvec rows per warp (1, 2, 4). */
+void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma, int rows_per_warp);
 
 #endif

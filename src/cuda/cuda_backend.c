@@ -79,6 +79,7 @@ typedef struct cuda_backend {
     cudaStream_t stream;
     cublasHandle_t blas;
     bool fast, kv_f32, use_mma, use_graph, use_pdl;
+    int rows_per_warp;
     int T_max, split_dec, split_pre;
     int64_t E, Q, KVD, F, V;
     /* weights */
@@ -947,6 +948,8 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     b->use_graph = env_int("MUSER_CUDA_GRAPH", 1) != 0;
     b->use_pdl = env_int("MUSER_CUDA_PDL", 1) != 0;
     mu_cu_set_pdl(b->use_pdl);
+    b->rows_per_warp = env_int("MUSER_CUDA_MV_ROWS", 4);
+    mu_cu_set_rows_per_warp(b->rows_per_warp);
     b->T_max = cfg->n_batch;
     b->E = hp->n_embd;
     b->Q = (int64_t)hp->n_head * hp->head_dim;
@@ -1100,18 +1103,19 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
         return rc;
     }
     snprintf(b->desc, sizeof b->desc,
-             "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, prefill cache %s",
+             "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec rows/warp %d, "
+             "prefill cache %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
-             b->f16bytes ? "on" : "off");
+             b->fast ? b->rows_per_warp : 1, b->f16bytes ? "on" : "off");
     *out = &b->base;
     return 0;
 }
 
 const char *mu_cuda_describe(const mu_backend *base) { return ((const cuda_backend *)base)->desc; }
 
-void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_mma) {
+void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_mma, int rows_per_warp) {
     cuda_backend *b = (cuda_backend *)base;
     if (use_graph >= 0) b->use_graph = use_graph;
     if (use_pdl >= 0) {
@@ -1119,6 +1123,10 @@ void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_m
         mu_cu_set_pdl(use_pdl);
     }
     if (use_mma >= 0) b->use_mma = use_mma;
+    if (rows_per_warp > 0) {
+        b->rows_per_warp = rows_per_warp;
+        mu_cu_set_rows_per_warp(rows_per_warp);
+    }
     /* a new capture picks up the options */
     if (b->graph) cudaGraphExecDestroy(b->graph);
     b->graph = NULL;
