@@ -76,21 +76,18 @@ static double ref_row(uint32_t type, const void *row, int64_t cols, const float 
     return s;
 }
 
-/* The int8 blocks of x as the kernels must write them. */
+/* The int8 groups of 16 of x as the kernels must write them. */
 static void check_q8(const char *what, const float *x, const int8_t *q, const float *ds, int64_t n) {
     int bad = 0;
-    for (int64_t b = 0; b < n / 32 && bad < 5; b++) {
+    for (int64_t g = 0; g < n / 16 && bad < 5; g++) {
         float amax = 0.f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[g * 16 + i]));
         const float d = amax / 127.0f;
-        for (int h = 0; h < 2; h++) {
-            double sq = 0.0; /* the sum is d * sum(q) over the 16 */
-            for (int i = 0; i < 16; i++) sq += q[b * 32 + h * 16 + i];
-            if (fabs(ds[b * 4 + h * 2] - d) > 1e-6 * d + 1e-30 || fabs(ds[b * 4 + h * 2 + 1] - d * sq) > 1e-6 * d * 2032 + 1e-30)
-                bad++;
-        }
-        for (int i = 0; i < 32; i++)
-            if (fabs((double)x[b * 32 + i] - (double)d * q[b * 32 + i]) > 0.5001 * d + 1e-30) bad++;
+        double sq = 0.0; /* the sum is d * sum(q) over the 16 */
+        for (int i = 0; i < 16; i++) sq += q[g * 16 + i];
+        if (fabs(ds[g * 2] - d) > 1e-6 * d + 1e-30 || fabs(ds[g * 2 + 1] - d * sq) > 1e-6 * d * 2032 + 1e-30) bad++;
+        for (int i = 0; i < 16; i++)
+            if (fabs((double)x[g * 16 + i] - (double)d * q[g * 16 + i]) > 0.5001 * d + 1e-30) bad++;
     }
     CHECKF(bad == 0, "%s: int8 blocks differ from the rule (%d bad)", what, bad);
 }
@@ -232,8 +229,14 @@ static double rel_err(const float *a, const double *b, int64_t n) {
     return sqrt(num / (den + 1e-300));
 }
 
+static void test_resnorm_cols(int64_t cols);
 static void test_resnorm(void) {
-    const int64_t n = 640, cols = 512;
+    test_resnorm_cols(512);
+    test_resnorm_cols(19968); /* split in parts like the 30B's ffn down */
+}
+
+static void test_resnorm_cols(int64_t cols) {
+    const int64_t n = 640;
     const uint32_t type = MU_TYPE_Q4_K;
     void *w = rand_weight(type, n, cols);
     float *x = malloc(sizeof(float) * cols), *wp = malloc(sizeof(float) * n), *wn = malloc(sizeof(float) * n);
@@ -685,15 +688,17 @@ int main(void) {
         tl_skip(why);
     }
     printf("kernels against CPU references:\n");
-    for (int rows = 1; rows <= 4; rows *= 2) {
-        /* the fast-lane matvec family at 1, 2 and 4 rows per warp */
-        mu_cu_set_rows_per_warp(rows);
-        printf(" %d row(s) per warp:\n", rows);
+    for (int cap = 0; cap <= 2; cap += 2) {
+        /* the matvec family with a grid as large as the rows need, then with
+         * 2 blocks (16 warps) so each warp streams many rows back to back */
+        mu_cu_set_matvec_grid_cap(cap);
+        printf(" matvec grid %s:\n", cap ? "capped at 2 blocks" : "uncapped");
         test_matvec();
         test_gateup();
         test_resnorm();
         test_logits();
     }
+    mu_cu_set_matvec_grid_cap(0);
     test_dequant();
     test_embed();
     test_qkv_post();

@@ -82,13 +82,14 @@ __device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__
 __device__ __forceinline__ uint16_t f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
 __device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
-/* Quantizes one 32-element block held one value per lane (the fast lane's
- * activation format): d = amax/127, q = round(x/d); lanes 0 and 16 write the
- * block scale with d times the sum of their half's int8 values. q, ds: the
- * block's base. */
+/* Quantizes 32 values held one per lane as two groups of 16 (the fast
+ * lane's activation format): per group d = amax/127, q = round(x/d), and
+ * d * sum(q). q, ds: the 32 values' base. */
 __device__ __forceinline__ void quantize_block_warp(float x, int8_t *q, float *ds) {
     const int lane = threadIdx.x & 31;
-    const float amax = warp_max(fabsf(x));
+    float amax = fabsf(x);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(MU_FULL, amax, o));
     const float d = amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const int qi = (int)roundf(x * id);
@@ -122,6 +123,19 @@ __device__ __forceinline__ int scale_byte(const uint4 &m, int k) {
     const uint32_t w = k < 4 ? m.y : (k < 8 ? m.z : m.w);
     return (int)((w >> (8 * (k & 3))) & 0xFF);
 }
+/* The (scale, min) pairs of sub-blocks 2c and 2c+1 (spec §7
+ * get_scale_min_k4), all eight unpacked word-wise and then selected, with no
+ * lane-dependent branch. */
+__device__ __forceinline__ void scales_pair_k4(const uint4 &m, int c, int &sc0, int &m0, int &sc1, int &m1) {
+    const uint32_t lo_sc = m.y & 0x3f3f3f3fu, lo_m = m.z & 0x3f3f3f3fu;
+    const uint32_t hi_sc = (m.w & 0x0f0f0f0fu) | ((m.y >> 2) & 0x30303030u);
+    const uint32_t hi_m = ((m.w >> 4) & 0x0f0f0f0fu) | ((m.z >> 2) & 0x30303030u);
+    const uint32_t scw = c < 2 ? lo_sc : hi_sc, mw = c < 2 ? lo_m : hi_m;
+    const int sh = (c & 1) * 16;
+    sc0 = (int)((scw >> sh) & 0xff), sc1 = (int)((scw >> (sh + 8)) & 0xff);
+    m0 = (int)((mw >> sh) & 0xff), m1 = (int)((mw >> (sh + 8)) & 0xff);
+}
+
 /* spec §7 get_scale_min_k4 */
 __device__ __forceinline__ void scale_min_k4(int j, const uint4 &m, int &sc, int &mn) {
     if (j < 4) {
@@ -193,8 +207,7 @@ struct TQ4K {
         const float2 dm = __half22float2(*reinterpret_cast<const __half2 *>(&m.x));
         r.d = dm.x;
         r.dmin = dm.y;
-        scale_min_k4(2 * c, m, r.sc0, r.m0);
-        scale_min_k4(2 * c + 1, m, r.sc1, r.m1);
+        scales_pair_k4(m, c, r.sc0, r.m0, r.sc1, r.m1);
         return r;
     }
     /* the unit's int8 activations: low group at e0, high group at e0 + 32 */

@@ -79,6 +79,17 @@ extern "C" bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, m
     }
 }
 
+extern "C" int32_t mu_cu_units(uint32_t type, int64_t cols) {
+    switch (type) {
+    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: return (int32_t)(cols / 256 * 8);
+    case MU_TYPE_Q8_0: return (int32_t)(cols / 16);
+    case MU_TYPE_Q4_0: return (int32_t)(cols / 32);
+    case MU_TYPE_F32: return (int32_t)(cols / 4);
+    case MU_TYPE_F16: case MU_TYPE_BF16: return (int32_t)(cols / 8);
+    default: return 0;
+    }
+}
+
 /* One thread per block of the file's layout: bytes move to their streams. */
 __global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, int64_t nrows) {
     int bpr = 0, bb = 0;
@@ -163,13 +174,12 @@ extern "C" cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t 
 #define TAIL_MAXN 8192
 #define TAIL_PER (TAIL_MAXN / 1024) /* float4 chunks per thread at most */
 
-/* int8 blocks of 32 held 4 per lane (8 lanes a block); q, ds: row base. */
+/* int8 groups of 16 held 4 per lane (4 lanes a group); q, ds: row base. */
 __device__ __forceinline__ void quantize4(const float4 &v, int elem, int8_t *q, float *ds) {
     const unsigned m = __activemask(); /* whole 8-lane groups are active (n % 32 == 0) */
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    amax = fmaxf(amax, __shfl_xor_sync(m, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(m, amax, 1)); /* groups of 16 = 4 lanes */
     amax = fmaxf(amax, __shfl_xor_sync(m, amax, 2));
-    amax = fmaxf(amax, __shfl_xor_sync(m, amax, 4));
     const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
     const int q0 = (int)roundf(v.x * id), q1 = (int)roundf(v.y * id), q2 = (int)roundf(v.z * id), q3 = (int)roundf(v.w * id);
     *reinterpret_cast<uint32_t *>(q + elem) =
@@ -206,15 +216,21 @@ __device__ void resnorm_block_wide(const mu_cu_resnorm &rn, int64_t t) {
     float ss2 = 0.f;
     if (rn.branch) {
         const float *br = rn.branch + off;
+        const int np = rn.branch_parts > 1 ? rn.branch_parts : 1;
+        auto branch_at = [&](int i) {
+            float v = __ldcg(br + i);
+            for (int p = 1; p < np; p++) v += __ldcg(br + (int64_t)p * n + i);
+            return v;
+        };
         float ss = 0.f;
         for (int b = warp; b < nblk; b += nw) {
-            const float v = __ldcg(br + b * 32 + lane);
+            const float v = branch_at(b * 32 + lane);
             ss += v * v;
         }
         const float r1 = rn.w_post ? 1.0f / sqrtf(block_sum(ss, red) / (float)n + rn.eps_post) : 1.0f;
         for (int b = warp; b < nblk; b += nw) {
             const int i = b * 32 + lane;
-            const float v = __ldcg(br + i);
+            const float v = branch_at(i);
             const float add = rn.w_post ? (v * r1) * rn.w_post[i] : v;
             const float hv = __ldcg(h + i) + add;
             h[i] = hv;
@@ -268,13 +284,22 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
     float ss2 = 0.f;
     if (br) {
         float r1 = 1.0f;
+        const int np = rn.branch_parts > 1 ? rn.branch_parts : 1;
+        auto branch_at = [&](int e) {
+            float4 v = __ldcg(reinterpret_cast<const float4 *>(br + e));
+            for (int p = 1; p < np; p++) {
+                const float4 w = __ldcg(reinterpret_cast<const float4 *>(br + (int64_t)p * n + e));
+                v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
+            }
+            return v;
+        };
         if (wp) {
             float st = 0.f;
-            TAIL_FOR(k, e) st += f4dot(__ldcg(reinterpret_cast<const float4 *>(br + e)));
+            TAIL_FOR(k, e) st += f4dot(branch_at(e));
             r1 = 1.0f / sqrtf(block_sum(st, red) / (float)n + rn.eps_post);
         }
         TAIL_FOR(k, e) {
-            const float4 tv = __ldcg(reinterpret_cast<const float4 *>(br + e));
+            const float4 tv = branch_at(e);
             float4 add = tv;
             if (wp) {
                 const float4 w = *reinterpret_cast<const float4 *>(wp + e);
@@ -352,60 +377,40 @@ extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int
 
 /* ---- matvec ---------------------------------------------------------------------------- */
 
-/* dot(row, input) for nr <= R consecutive rows of one matrix, summed across
- * the warp into out[0 .. nr). The lane loads the unit's activations once
- * and applies them to all R rows (R = 4 cuts the L1 traffic of the int8
- * activations per weight byte by 4). The first batch of weight loads is
- * issued before waiting on the predecessor. */
-template <class TT, int LANE, int R>
-__device__ __forceinline__ void rows_dot(const mu_cu_weight &w, int64_t row0, int nr, const mu_cu_act &act,
-                                         bool &waited, float *out) {
-    constexpr int NB = R == 1 ? MV_NB : 2; /* loads per lane per row per batch */
+/* ---- matvec -------------------------------------------------------------------------------
+ * A persistent grid (as many blocks as fit) over a stream of row-dots: warp
+ * gw of W takes rows gw, gw + W, ... (gate/up: output rows, each two
+ * row-dots). A row-dot is split into batches of MV_NB 16-byte units per
+ * lane; the next batch's loads (possibly the next row's) are issued before
+ * the current batch is computed, so a warp always has loads in flight, and
+ * every warp has nearly the same number of rows (no partial last wave).
+ * Loads are format-agnostic (row r's units are 16 bytes each at
+ * qs + 16 * units * r); the arithmetic dispatches on the segment's format. */
+
+template <int LANE>
+__device__ __forceinline__ float batch_dot(const mu_cu_weight &w, int64_t row, int base, int n, const uint4 *v,
+                                           const mu_cu_act &act) {
     const int lane = threadIdx.x & 31;
-    const int n = TT::units(w.cols);
-    RowCtx rc[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) rc[r] = TT::row(w, row0 + (r < nr ? r : 0));
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.f;
-    for (int base = 0; base < n; base += 32 * NB) {
-        uint4 v[R][NB];
-#pragma unroll
-        for (int k = 0; k < NB; k++) {
+    float acc = 0.f;
+    MU_CU_DISPATCH(w.type, {
+        const RowCtx rc = TT::row(w, row);
+        _Pragma("unroll") for (int k = 0; k < MV_NB; k++) {
             const int u = base + k * 32 + lane;
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                v[r][k] = (u < n && r < nr) ? ld_stream(TT::ptr(rc[r], u)) : make_uint4(0, 0, 0, 0);
+            if (u < n) acc += LANE == MU_CU_LANE_FAST ? TT::dot_q8(rc, u, v[k], act) : TT::dot_f32(rc, u, v[k], act);
         }
-        if (!waited) {
-            pdl_wait();
-            waited = true;
-        }
-#pragma unroll
-        for (int k = 0; k < NB; k++) {
-            const int u = base + k * 32 + lane;
-            if (u >= n) continue;
-            if constexpr (LANE == MU_CU_LANE_FAST) {
-                const typename TT::A x = TT::act(u, act);
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < nr) acc[r] += TT::dot_a(rc[r], u, v[r][k], x);
-            } else {
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < nr) acc[r] += TT::dot_f32(rc[r], u, v[r][k], act);
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++) out[r] = warp_sum(acc[r]);
+    });
+    return acc;
 }
 
-template <int LANE, int R>
-__device__ void any_rows_dot(const mu_cu_weight &w, int64_t row0, int nr, const mu_cu_act &act, bool &waited,
-                             float *out) {
-    MU_CU_DISPATCH(w.type, (rows_dot<TT, LANE, R>(w, row0, nr, act, waited, out)));
+/* units [base, min(base + 32 * MV_NB, end)) of a row, 16 bytes per lane per unit */
+__device__ __forceinline__ void batch_load(const mu_cu_weight &w, int64_t row, int base, int n, uint4 *v) {
+    const int lane = threadIdx.x & 31;
+    const uint8_t *p = w.qs + row * (int64_t)w.units * 16;
+#pragma unroll
+    for (int k = 0; k < MV_NB; k++) {
+        const int u = base + k * 32 + lane;
+        v[k] = u < n ? ld_stream(p + (int64_t)u * 16) : make_uint4(0, 0, 0, 0);
+    }
 }
 
 __device__ __forceinline__ uint32_t ordered_bits(float f) {
@@ -423,134 +428,199 @@ __device__ __forceinline__ uint32_t hash32(uint32_t a, uint32_t b, uint32_t c) {
     return h;
 }
 
-template <int LANE, int EPI, int R>
-__global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? (R == 1 ? (EPI == MU_CU_EPI_GATEUP ? 3 : 4) : (R == 2 ? 3 : 2)) : 2)
-    matvec_kernel(const __grid_constant__ mu_cu_mv a) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    bool waited = false;
+template <int LANE, int EPI>
+__global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) matvec_kernel(const __grid_constant__ mu_cu_mv a) {
     pdl_trigger();
-    if constexpr (EPI == MU_CU_EPI_GATEUP) {
-        /* 32 output rows per block: gate and up rows 4*warp .. 4*warp+3 */
-        __shared__ float prod[32];
-        const int64_t j0 = (int64_t)blockIdx.x * 32 + warp * 4;
-        float g[4], u[4];
-#pragma unroll
-        for (int i = 0; i < 4; i += R) {
-            any_rows_dot<LANE, R>(a.seg[0].w, j0 + i, R, a.act, waited, g + i);
-            any_rows_dot<LANE, R>(a.seg[1].w, j0 + i, R, a.act, waited, u + i);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t W = (int64_t)gridDim.x * MV_WARPS, gw = (int64_t)blockIdx.x * MV_WARPS + warp;
+    const int n = a.seg[0].w.units; /* every segment reads the same input */
+    const int parts = a.parts > 1 ? a.parts : 1, plen = n / parts;
+    const int64_t jobs = EPI == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * parts;
+    /* row-dot k of this warp -> (segment, row, part); false past the end */
+    auto locate = [&](int64_t k, int &seg, int64_t &row, int &part) -> bool {
+        if (EPI == MU_CU_EPI_GATEUP) {
+            row = gw + (k >> 1) * W;
+            seg = (int)(k & 1);
+            part = 0;
+            return row < jobs;
         }
-        if (lane == 0)
-#pragma unroll
-            for (int i = 0; i < 4; i++) prod[warp * 4 + i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-        __syncthreads();
-        if (warp == 0) {
-            const int64_t b0 = (int64_t)blockIdx.x * 32;
-            const float v = prod[lane];
-            a.gu.x[b0 + lane] = v;
-            if (a.gu.h) a.gu.h[b0 + lane] = f32_to_f16(v);
-            if (a.gu.q) quantize_block_warp(v, a.gu.q + b0, a.gu.ds + b0 / 16 * 2);
-        }
-        return;
-    } else {
-        /* R rows of the concatenated row space per warp (segments hold whole groups) */
-        const int64_t r = ((int64_t)blockIdx.x * MV_WARPS + warp) * R;
-        int si = 0;
-        int64_t rl = r;
-        while (si < a.nseg && rl >= a.seg[si].w.rows) {
-            rl -= a.seg[si].w.rows;
-            si++;
-        }
-        float y[R];
-        const bool have = si < a.nseg;
-        const int nr = have ? (int)(a.seg[si].w.rows - rl < R ? a.seg[si].w.rows - rl : R) : 0;
-        if (have) any_rows_dot<LANE, R>(a.seg[si].w, rl, nr, a.act, waited, y);
-        if (!waited) pdl_wait();
+        int64_t r = gw + k * W;
+        if (r >= jobs) return false;
+        part = (int)(r / a.rows_total);
+        r -= (int64_t)part * a.rows_total;
+        seg = 0;
+        while (r >= a.seg[seg].w.rows) r -= a.seg[seg].w.rows, seg++;
+        row = r;
+        return true;
+    };
 
-        if constexpr (EPI == MU_CU_EPI_LOGITS) {
-            __shared__ unsigned long long best_w[MV_WARPS];
-            unsigned long long key = 0ull;
+    int cs = 0, cp = 0;
+    int64_t cr = 0, ck = 0;
+    bool have = locate(0, cs, cr, cp);
+    int cb = cp * plen;
+    uint4 vc[MV_NB];
+    if (have) batch_load(a.seg[cs].w, cr, cb, cb + plen, vc);
+    pdl_wait(); /* the weights above are immutable; activations come after */
+
+    float acc = 0.f, gate = 0.f;
+    unsigned long long best = 0ull;
+    while (have) {
+        /* the next batch: the rest of this row-dot, else the next one */
+        const int cend = (cp + 1) * plen;
+        int ns = cs, np = cp, nb = cb + 32 * MV_NB;
+        int64_t nr = cr, nk = ck;
+        bool nh = true;
+        if (nb >= cend) {
+            nk = ck + 1;
+            nh = locate(nk, ns, nr, np);
+            nb = np * plen;
+        }
+        uint4 vn[MV_NB];
+        if (nh) batch_load(a.seg[ns].w, nr, nb, (np + 1) * plen, vn);
+        acc += batch_dot<LANE>(a.seg[cs].w, cr, cb, cend, vc, a.act);
+        if (cb + 32 * MV_NB >= cend) { /* the row-dot is complete */
+            const float y = warp_sum(acc);
+            acc = 0.f;
+            if constexpr (EPI == MU_CU_EPI_GATEUP) {
+                if (cs == 0) {
+                    gate = y;
+                } else {
+                    const float prod = gate / (1.0f + expf(-gate)) * y;
+                    unsigned prev = 0;
+                    if (lane == 0) {
+                        a.gu.x[cr] = prod;
+                        if (a.gu.h) a.gu.h[cr] = f32_to_f16(prod);
+                        if (a.gu.q) {
+                            __threadfence();
+                            prev = atomicAdd(a.group_count + (cr >> 4), 1u);
+                        }
+                    }
+                    prev = __shfl_sync(MU_FULL, prev, 0);
+                    if (a.gu.q && prev == 15) {
+                        /* the group's last product: quantize its 16 values */
+                        __threadfence();
+                        const int64_t g0 = cr & ~(int64_t)15;
+                        const float x = __ldcg(a.gu.x + g0 + (lane & 15));
+                        float amax = fabsf(x);
 #pragma unroll
-            for (int i = 0; i < R; i++) {
-                if (i >= nr) break;
-                float v = y[i] * a.logit_scale;
+                        for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(MU_FULL, amax, o));
+                        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+                        const int qi = (int)roundf(x * id);
+                        const float sq = d * half_warp_sum((float)qi);
+                        if (lane < 16) a.gu.q[g0 + lane] = (int8_t)qi;
+                        if (lane == 0) {
+                            a.gu.ds[g0 / 16 * 2 + 0] = d;
+                            a.gu.ds[g0 / 16 * 2 + 1] = sq;
+                            a.group_count[cr >> 4] = 0u;
+                        }
+                    }
+                }
+            } else if constexpr (EPI == MU_CU_EPI_LOGITS) {
+                float v = y * a.logit_scale;
                 if (a.softcap != 0.0f) v = tanh_precise(v * (1.0f / a.softcap)) * a.softcap;
-                if (lane == 0) a.seg[si].y[rl + i] = v;
+                if (lane == 0) a.seg[cs].y[cr] = v;
                 float sel = v;
                 const float temp = a.hdr->temperature;
                 if (temp > 0.0f) {
-                    const uint32_t hsh = hash32(a.hdr->seed, (uint32_t)a.hdr->pos, (uint32_t)(rl + i));
+                    const uint32_t hsh = hash32(a.hdr->seed, (uint32_t)a.hdr->pos, (uint32_t)cr);
                     const float uu = ((float)(hsh >> 8) + 0.5f) * (1.0f / 16777216.0f);
                     sel = v / temp - logf(-logf(uu)); /* Gumbel-max: a softmax sample */
                 }
-                const unsigned long long k2 = ((unsigned long long)ordered_bits(sel) << 32) |
-                                              (unsigned long long)(0xFFFFFFFFu - (uint32_t)(rl + i));
-                key = k2 > key ? k2 : key;
+                const unsigned long long key =
+                    ((unsigned long long)ordered_bits(sel) << 32) | (unsigned long long)(0xFFFFFFFFu - (uint32_t)cr);
+                best = key > best ? key : best;
+            } else {
+                if (lane == 0) a.seg[cs].y[cr + (int64_t)cp * a.seg[cs].w.rows] = y;
             }
-            if (lane == 0) best_w[warp] = key;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                unsigned long long m = 0ull;
-                for (int i = 0; i < MV_WARPS; i++) m = best_w[i] > m ? best_w[i] : m;
-                if (m) atomicMax(a.best, m);
-            }
-            return;
-        } else {
-            if (lane == 0) {
+        }
+        cs = ns, cr = nr, cb = nb, ck = nk, cp = np, have = nh;
 #pragma unroll
-                for (int i = 0; i < R; i++)
-                    if (i < nr) a.seg[si].y[rl + i] = y[i];
-                if (EPI == MU_CU_EPI_RESNORM) __threadfence();
-            }
-            if constexpr (EPI == MU_CU_EPI_RESNORM) {
-                /* the last block to finish runs the residual + norm tail */
-                __shared__ int is_last;
-                __syncthreads();
-                if (threadIdx.x == 0) {
-                    __threadfence();
-                    const unsigned prev = atomicAdd(a.counter, 1u);
-                    is_last = prev == gridDim.x - 1;
-                }
-                __syncthreads();
-                if (is_last) {
-                    __threadfence();
-                    resnorm_block(a.rn, 0);
-                    if (threadIdx.x == 0) *a.counter = 0u;
-                }
-            }
+        for (int k = 0; k < MV_NB; k++) vc[k] = vn[k];
+    }
+
+    if constexpr (EPI == MU_CU_EPI_LOGITS) {
+        __shared__ unsigned long long best_w[MV_WARPS];
+        if (lane == 0) best_w[warp] = best;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long m = 0ull;
+            for (int i = 0; i < MV_WARPS; i++) m = best_w[i] > m ? best_w[i] : m;
+            if (m) atomicMax(a.best, m);
+        }
+    }
+    if constexpr (EPI == MU_CU_EPI_RESNORM) {
+        /* the last block to finish runs the residual + norm tail */
+        __shared__ int is_last;
+        if (lane == 0) __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            const unsigned prev = atomicAdd(a.counter, 1u);
+            is_last = prev == gridDim.x - 1;
+        }
+        __syncthreads();
+        if (is_last) {
+            __threadfence();
+            resnorm_block(a.rn, 0);
+            if (threadIdx.x == 0) *a.counter = 0u;
         }
     }
 }
 
-template <int LANE, int R>
-static cudaError_t launch_mv(const mu_cu_mv *a, unsigned blocks, cudaStream_t s) {
+static int g_occupancy = 0; /* blocks per SM; 0: as many as fit */
+static int g_grid_cap = 0;  /* blocks in all; 0: no cap */
+extern "C" void mu_cu_set_matvec_occupancy(int blocks_per_sm) { g_occupancy = blocks_per_sm > 0 ? blocks_per_sm : 0; }
+extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 ? blocks : 0; }
+
+template <int LANE, int EPI>
+static cudaError_t launch_mv(const mu_cu_mv *a, int64_t jobs, cudaStream_t s) {
+    static int sms = 0, fit = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, matvec_kernel<LANE, EPI>, MV_THREADS, 0);
+        if (fit < 1) fit = 1;
+    }
+    const int per_sm = g_occupancy > 0 && g_occupancy < fit ? g_occupancy : fit;
+    int64_t blocks = (jobs + MV_WARPS - 1) / MV_WARPS;
+    if (blocks > (int64_t)sms * per_sm) blocks = (int64_t)sms * per_sm;
+    if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
+    return launch(matvec_kernel<LANE, EPI>, dim3((unsigned)blocks), dim3(MV_THREADS), 0, s, *a);
+}
+
+template <int LANE>
+static cudaError_t launch_lane(const mu_cu_mv *a, int64_t jobs, cudaStream_t s) {
     switch (a->epi) {
-    case MU_CU_EPI_GATEUP: return launch(matvec_kernel<LANE, MU_CU_EPI_GATEUP, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
-    case MU_CU_EPI_RESNORM: return launch(matvec_kernel<LANE, MU_CU_EPI_RESNORM, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
-    case MU_CU_EPI_LOGITS: return launch(matvec_kernel<LANE, MU_CU_EPI_LOGITS, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
-    default: return launch(matvec_kernel<LANE, MU_CU_EPI_STORE, R>, dim3(blocks), dim3(MV_THREADS), 0, s, *a);
+    case MU_CU_EPI_GATEUP: return launch_mv<LANE, MU_CU_EPI_GATEUP>(a, jobs, s);
+    case MU_CU_EPI_RESNORM: return launch_mv<LANE, MU_CU_EPI_RESNORM>(a, jobs, s);
+    case MU_CU_EPI_LOGITS: return launch_mv<LANE, MU_CU_EPI_LOGITS>(a, jobs, s);
+    default: return launch_mv<LANE, MU_CU_EPI_STORE>(a, jobs, s);
     }
 }
 
-static int g_rows_per_warp = 4;
-extern "C" void mu_cu_set_rows_per_warp(int r) { g_rows_per_warp = r == 1 || r == 2 ? r : 4; }
-
-extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *a, cudaStream_t s) {
-    /* fast lane: R rows per warp when every segment holds whole groups */
-    int R = a->lane == MU_CU_LANE_FAST ? g_rows_per_warp : 1;
-    for (int i = 0; i < a->nseg; i++)
-        while (R > 1 && a->seg[i].w.rows % R) R /= 2;
-    if (a->epi == MU_CU_EPI_GATEUP) {
-        const unsigned blocks = (unsigned)(a->seg[0].w.rows / 32);
-        if (a->lane != MU_CU_LANE_FAST) return launch_mv<MU_CU_LANE_EXACT, 1>(a, blocks, s);
-        return R == 4 ? launch_mv<MU_CU_LANE_FAST, 4>(a, blocks, s)
-                      : R == 2 ? launch_mv<MU_CU_LANE_FAST, 2>(a, blocks, s) : launch_mv<MU_CU_LANE_FAST, 1>(a, blocks, s);
+extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
+    mu_cu_mv a = *in;
+    a.rows_total = 0;
+    for (int i = 0; i < a.nseg; i++) {
+        a.rows_total += a.seg[i].w.rows;
+        if (a.seg[i].w.units != a.seg[0].w.units) return cudaErrorInvalidValue;
     }
-    int64_t rows = 0;
-    for (int i = 0; i < a->nseg; i++) rows += a->seg[i].w.rows;
-    const unsigned blocks = (unsigned)((rows + (int64_t)MV_WARPS * R - 1) / ((int64_t)MV_WARPS * R));
-    if (a->lane != MU_CU_LANE_FAST) return launch_mv<MU_CU_LANE_EXACT, 1>(a, blocks, s);
-    return R == 4 ? launch_mv<MU_CU_LANE_FAST, 4>(a, blocks, s)
-                  : R == 2 ? launch_mv<MU_CU_LANE_FAST, 2>(a, blocks, s) : launch_mv<MU_CU_LANE_FAST, 1>(a, blocks, s);
+    /* long rows of a one-matrix RESNORM launch (ffn down) split in parts of
+     * ~200 units, so every warp streams nearly the same bytes; the tail adds
+     * the parts in order (deterministic) */
+    a.parts = 1;
+    if (a.epi == MU_CU_EPI_RESNORM && a.nseg == 1) {
+        const int units = a.seg[0].w.units;
+        int p = units / 200;
+        while (p > 1 && units % p) p--;
+        a.parts = p < 1 ? 1 : (p > 8 ? 8 : p);
+        while (a.parts > 1 && units % a.parts) a.parts--;
+    }
+    a.rn.branch_parts = a.parts;
+    const int64_t jobs = a.epi == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * a.parts;
+    if (a.lane == MU_CU_LANE_FAST) return launch_lane<MU_CU_LANE_FAST>(&a, jobs, s);
+    return launch_lane<MU_CU_LANE_EXACT>(&a, jobs, s);
 }
 
 /* ---- elementwise ------------------------------------------------------------------------- */

@@ -38,7 +38,7 @@ extern "C" {
  * Same bytes as the file, only moved; each stream is row-major. */
 typedef struct mu_cu_weight {
     uint32_t type;        /* enum mu_type                              */
-    int32_t pad_;
+    int32_t units;        /* 16-byte units of qs per row (qs row = 16 * units) */
     int64_t rows, cols;
     const uint8_t *qs;
     const uint8_t *qh;
@@ -54,15 +54,17 @@ typedef struct mu_cu_layout {
 } mu_cu_layout;
 /* false for types the CUDA backend cannot compute with. */
 bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, mu_cu_layout *out);
+/* 16-byte units of the bulk stream per row (every format: qs row bytes / 16). */
+int32_t mu_cu_units(uint32_t type, int64_t cols);
 
 /* ---- activations --------------------------------------------------------------
  * An input vector in both lanes' forms: f32 (exact lane, float weights) and
- * int8 blocks of 32 (fast lane) with, per 16 elements, the block's scale and
- * the sum of the f32 inputs over those 16 (for the K-quant min terms). */
+ * int8 groups of 16 (fast lane) with, per group, its scale d = amax/127 and
+ * d * sum(q) (for the K-quant min terms). */
 typedef struct mu_cu_act {
     const float *x;   /* [n]           */
     const int8_t *q;  /* [n]           */
-    const float *ds;  /* [n/16][2]: d of the 32-block, sum of x over the 16 */
+    const float *ds;  /* [n/16][2]: d and d * sum(q) of each group of 16 */
 } mu_cu_act;
 
 /* Outputs of a normalization: f32, plus int8 blocks and/or f16 when asked. */
@@ -78,7 +80,8 @@ typedef struct mu_cu_normout {
  *   out = rmsnorm(h, eps_next) * w_next (w_next NULL: no weight)
  * With embd (embedding rows): h = rmsnorm(h) without weight first. */
 typedef struct mu_cu_resnorm {
-    const float *branch;
+    const float *branch;   /* branch_parts partial sums, n apart, added in order */
+    int branch_parts;      /* 0 or 1: one                                   */
     const float *w_post;
     float eps_post;
     float *h;
@@ -144,8 +147,12 @@ typedef struct mu_cu_mv {
     int lane;
     int epi;
     mu_cu_act act;
+    int64_t rows_total;    /* set by mu_cu_matvec                          */
+    int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
+                              (y holds parts x rows partial sums)          */
     /* GATEUP */
     mu_cu_normout gu;
+    unsigned int *group_count; /* [rows/16], zero; each group's last writer quantizes it and re-zeroes */
     /* RESNORM */
     mu_cu_resnorm rn;
     unsigned int *counter; /* zero before the launch; the last block re-zeroes it */
@@ -205,8 +212,10 @@ typedef struct mu_cu_reduce {
 /* ---- launch wrappers ----------------------------------------------------------------- */
 void mu_cu_set_pdl(bool on);
 bool mu_cu_get_pdl(void);
-/* Fast-lane matvec rows per warp (1, 2 or 4; default 4). */
-void mu_cu_set_rows_per_warp(int r);
+/* Blocks per SM of the matvec grid (0: as many as fit, the default), and a
+ * cap on its blocks in all (0: none; tests use it to give each warp many rows). */
+void mu_cu_set_matvec_occupancy(int blocks_per_sm);
+void mu_cu_set_matvec_grid_cap(int blocks);
 
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams. */
 cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, cudaStream_t s);

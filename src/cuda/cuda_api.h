@@ -50,7 +50,7 @@ uint64_t mu_cuda_weight_bytes(const mu_backend *b);
 
 /* Runtime switches (tests, benchmark A/B; -1 leaves one as it is): graph
  * replay of the token step, programmatic dependent launch, the tensor-core
- * attention path, and fast-lane matvec rows per warp (1, 2, 4). */
-void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma, int rows_per_warp);
+ * attention path, and matvec blocks per SM (0: as many as fit). */
+void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma, int mv_occupancy);
 
 #endif

@@ -79,7 +79,7 @@ typedef struct cuda_backend {
     cudaStream_t stream;
     cublasHandle_t blas;
     bool fast, kv_f32, use_mma, use_graph, use_pdl;
-    int rows_per_warp;
+    int mv_occupancy; /* matvec blocks per SM (0: as many as fit) */
     int T_max, split_dec, split_pre;
     int64_t E, Q, KVD, F, V;
     /* weights */
@@ -107,7 +107,7 @@ typedef struct cuda_backend {
     float *logits_all;      /* [logit_rows][V]: prefill with all_logits        */
     int64_t logit_rows;
     unsigned long long *d_best, *h_best;
-    unsigned int *counters;
+    unsigned int *counters, *group_count;
     float *h_logits;
     void *wtmp;
     size_t wtmp_bytes;
@@ -185,6 +185,7 @@ static void weight_place(const mu_weight *w, uint8_t **cursor, mu_cu_weight *out
     out->meta = l.meta ? c : NULL, c += align256(l.meta);
     out->d = l.d ? (const uint16_t *)c : NULL, c += align256(l.d);
     out->bytes = l.qs + l.qh + l.meta + l.d;
+    out->units = mu_cu_units(w->type, w->cols);
     *cursor = c;
 }
 
@@ -645,6 +646,7 @@ static int enqueue_decode(cuda_backend *b, prof_state *p) {
         a.gu.x = b->ff;
         a.gu.q = b->fast ? b->fq : NULL;
         a.gu.ds = b->fast ? b->fds : NULL;
+        a.group_count = b->group_count;
         RC(prof_mark(b, p, PF_GATEUP));
         CU_CHECK(mu_cu_matvec(&a, s));
 
@@ -878,7 +880,7 @@ static void cuda_free(mu_backend *base) {
         }
     void *dev[] = {b->wmem, b->f16mem, b->output_norm, b->d_rec, b->h, b->ax, b->q, b->k, b->v, b->g, b->qn, b->o,
                    b->t, b->ff, b->fu, b->aq, b->oq, b->fq, b->ads, b->ods, b->fds, b->a16, b->o16, b->f16b,
-                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->wtmp};
+                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->wtmp};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -948,8 +950,8 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     b->use_graph = env_int("MUSER_CUDA_GRAPH", 1) != 0;
     b->use_pdl = env_int("MUSER_CUDA_PDL", 1) != 0;
     mu_cu_set_pdl(b->use_pdl);
-    b->rows_per_warp = env_int("MUSER_CUDA_MV_ROWS", 4);
-    mu_cu_set_rows_per_warp(b->rows_per_warp);
+    b->mv_occupancy = env_int("MUSER_CUDA_MV_OCCUPANCY", 0);
+    mu_cu_set_matvec_occupancy(b->mv_occupancy);
     b->T_max = cfg->n_batch;
     b->E = hp->n_embd;
     b->Q = (int64_t)hp->n_head * hp->head_dim;
@@ -1063,7 +1065,7 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
 #define DA(ptr, n, sz) TRY(dalloc((void **)&b->ptr, (size_t)(n) * (sz), "activations"))
     DA(h, T * b->E, 4);
     DA(ax, T * b->E, 4);
-    DA(t, T * b->E, 4);
+    DA(t, (T > 8 ? T : 8) * b->E, 4); /* decode: up to 8 partial sums of the split ffn down */
     DA(q, T * b->Q, 4);
     DA(g, T * b->Q, 4);
     DA(qn, T * b->Q, 4);
@@ -1087,9 +1089,11 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     DA(logits, b->V, 4);
     DA(d_best, 1, 8);
     DA(counters, 2 * hp->n_layer, 4);
+    DA(group_count, b->F / 16, 4);
 #undef DA
     b->logit_rows = 0;
     if (!rc) cudaMemsetAsync(b->counters, 0, sizeof(unsigned) * 2 * hp->n_layer, b->stream);
+    if (!rc) cudaMemsetAsync(b->group_count, 0, sizeof(unsigned) * (size_t)(b->F / 16), b->stream);
     if (!rc && (cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
                 cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess))
         rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
@@ -1103,19 +1107,19 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
         return rc;
     }
     snprintf(b->desc, sizeof b->desc,
-             "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec rows/warp %d, "
+             "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
              "prefill cache %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
-             b->fast ? b->rows_per_warp : 1, b->f16bytes ? "on" : "off");
+             b->mv_occupancy, b->f16bytes ? "on" : "off");
     *out = &b->base;
     return 0;
 }
 
 const char *mu_cuda_describe(const mu_backend *base) { return ((const cuda_backend *)base)->desc; }
 
-void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_mma, int rows_per_warp) {
+void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_mma, int mv_occupancy) {
     cuda_backend *b = (cuda_backend *)base;
     if (use_graph >= 0) b->use_graph = use_graph;
     if (use_pdl >= 0) {
@@ -1123,9 +1127,9 @@ void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_m
         mu_cu_set_pdl(use_pdl);
     }
     if (use_mma >= 0) b->use_mma = use_mma;
-    if (rows_per_warp > 0) {
-        b->rows_per_warp = rows_per_warp;
-        mu_cu_set_rows_per_warp(rows_per_warp);
+    if (mv_occupancy >= 0) {
+        b->mv_occupancy = mv_occupancy;
+        mu_cu_set_matvec_occupancy(mv_occupancy);
     }
     /* a new capture picks up the options */
     if (b->graph) cudaGraphExecDestroy(b->graph);
