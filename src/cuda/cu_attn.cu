@@ -40,8 +40,8 @@ __device__ __forceinline__ int64_t row_slot(const mu_cu_rec_layer &lt, int64_t i
  * One warp per head (query heads, then KV heads); a lane holds 4 dims. */
 __global__ void __launch_bounds__(256) qkv_post_kernel(const __grid_constant__ mu_cu_qkv_post a) {
     __shared__ float buf[8][128];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hh = blockIdx.y * 8 + warp;
     if (hh >= a.n_head + a.n_head_kv) return;
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(128) attn_f32_kernel(const __grid_constant__ m
     __shared__ float vs[32][128];
     __shared__ float ps[AF_MAXQ][32];
     __shared__ float ms[AF_MAXQ], ls[AF_MAXQ], cs[AF_MAXQ];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int per_kv = a.n_head / a.n_head_kv;
@@ -244,8 +244,8 @@ __device__ __forceinline__ int qk_dim(int s, int q, int e) { return 8 * q + 32 *
 __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ mu_cu_attn a) {
     __shared__ float so[4][16][128];
     __shared__ float sm[4][16], sl[4][16];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int per_kv = a.n_head / a.n_head_kv;
@@ -427,8 +427,8 @@ extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaSt
  * then four groups of 128 (one dim each) sum a quarter of the splits. */
 __global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant__ mu_cu_reduce a) {
     __shared__ float sf[512], red[33], so[4][128];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
     const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);

@@ -335,8 +335,8 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
 }
 
 __global__ void __launch_bounds__(256) resnorm_rows_kernel(const __grid_constant__ mu_cu_resnorm rn) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     resnorm_block(rn, blockIdx.x);
 }
 
@@ -358,8 +358,8 @@ __device__ void embed_row(const mu_cu_weight &w, int64_t token, float *dst) {
 __global__ void __launch_bounds__(256) embed_kernel(const __grid_constant__ mu_cu_weight tok, mu_cu_recs recs,
                                                     const __grid_constant__ mu_cu_resnorm rn,
                                                     unsigned long long *best) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     const int t = blockIdx.x;
     if (t == 0 && threadIdx.x == 0 && best) *best = 0ull;
     const int64_t token = rec_hdr(recs, t)->token;
@@ -626,8 +626,8 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
 /* ---- elementwise ------------------------------------------------------------------------- */
 
 __global__ void swiglu_kernel(float *g, const float *u, uint16_t *h, int64_t total) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const float x = g[i];
         const float v = x / (1.0f + expf(-x)) * u[i];
@@ -641,8 +641,8 @@ extern "C" cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, 
 }
 
 __global__ void logits_finish_kernel(float *x, int64_t n, float scale, float softcap) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float v = x[i] * scale;
         if (softcap != 0.0f) v = tanh_precise(v * (1.0f / softcap)) * softcap;
@@ -655,8 +655,8 @@ extern "C" cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale
 }
 
 __global__ void to_f16_kernel(const float *x, uint16_t *h, int64_t n) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    pdl_trigger();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         h[i] = f32_to_f16(x[i]);
 }

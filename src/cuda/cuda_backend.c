@@ -101,6 +101,10 @@ typedef struct cuda_backend {
     float *h, *ax, *q, *k, *v, *g, *qn, *o, *t, *ff, *fu;
     int8_t *aq, *oq, *fq;
     float *ads, *ods, *fds;
+    /* decode: the ffn input has its own buffers (the attention input's are
+     * rewritten by the down tail while the next layer's kernels launch) */
+    float *ax2, *ads2;
+    int8_t *aq2;
     uint16_t *a16, *o16, *f16b;
     float *part_m, *part_l, *part_o;
     float *logits;          /* [V]: the decode step's (fixed: the graph holds it) */
@@ -636,11 +640,14 @@ static int enqueue_decode(cuda_backend *b, prof_state *p) {
         mv_init(&a, b, MU_CU_EPI_RESNORM, act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
         mv_seg(&a, &D->wo, b->t);
         a.rn = resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, false);
+        a.rn.out.x = b->ax2;
+        a.rn.out.q = b->fast ? b->aq2 : NULL;
+        a.rn.out.ds = b->fast ? b->ads2 : NULL;
         a.counter = b->counters + 2 * l;
         RC(prof_mark(b, p, PF_WO));
         CU_CHECK(mu_cu_matvec(&a, s));
 
-        mv_init(&a, b, MU_CU_EPI_GATEUP, in_a);
+        mv_init(&a, b, MU_CU_EPI_GATEUP, act_of(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
         mv_seg(&a, &D->ffn_gate, b->ff);
         mv_seg(&a, &D->ffn_up, b->fu);
         a.gu.x = b->ff;
@@ -880,7 +887,7 @@ static void cuda_free(mu_backend *base) {
         }
     void *dev[] = {b->wmem, b->f16mem, b->output_norm, b->d_rec, b->h, b->ax, b->q, b->k, b->v, b->g, b->qn, b->o,
                    b->t, b->ff, b->fu, b->aq, b->oq, b->fq, b->ads, b->ods, b->fds, b->a16, b->o16, b->f16b,
-                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->wtmp};
+                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->wtmp, b->ax2, b->aq2, b->ads2};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -1076,6 +1083,9 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     DA(fu, T * b->F, 4);
     DA(aq, T * b->E, 1);
     DA(ads, T * b->E / 8, 4);
+    DA(ax2, b->E, 4);
+    DA(aq2, b->E, 1);
+    DA(ads2, b->E / 8, 4);
     DA(oq, b->Q, 1);
     DA(ods, b->Q / 8, 4);
     DA(fq, b->F, 1);
