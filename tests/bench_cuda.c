@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "cpu/pool.h"
+#include "cuda/cu_shared.h"
 #include "cuda/cuda_api.h"
 #include "engine/engine.h"
 #include "engine/parity.h"
@@ -184,12 +185,13 @@ int main(int argc, char **argv) {
     }
 
     if (ab) {
-        /* variants: matvec blocks per SM (0: all that fit), PDL, graph; the default last */
-        static const int var[][3] = {{2, 1, 1}, {1, 1, 1}, {0, 0, 1}, {0, 0, 0}, {0, 1, 1}};
-        printf("\nA/B at depth 0 (%d tokens each):\n| matvec blocks/SM | PDL | graph | tok/s | ms/token |\n"
-               "|---:|---|---|---:|---:|\n", gen);
+        /* variants: matvec blocks per SM (0: all that fit), PDL, graph, side-stream prefetch; the default last */
+        static const int var[][4] = {{0, 1, 1, 0}, {2, 1, 1, 1}, {0, 0, 1, 1}, {0, 0, 0, 1}, {0, 1, 1, 1}};
+        printf("\nA/B at depth 0 (%d tokens each):\n| matvec blocks/SM | PDL | graph | prefetch | tok/s | ms/token |\n"
+               "|---:|---|---|---|---:|---:|\n", gen);
         for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++) {
             mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
+            mu_cu_set_matvec_prefetch(var[vi][3] != 0);
             mu_cuda_set_synthetic_depth(b, 0, 5);
             muser_token tok = toks[0], next = 0;
             int pos = 0;
@@ -203,7 +205,8 @@ int main(int argc, char **argv) {
                 tok = next;
             }
             const double ts = gen / (now_s() - t1);
-            printf("| %s | %s | %s | %.1f | %.3f |\n", var[vi][0] ? (var[vi][0] == 1 ? "1" : "2") : "all", var[vi][1] ? "on" : "off", var[vi][2] ? "on" : "off", ts,
+            printf("| %s | %s | %s | %s | %.1f | %.3f |\n", var[vi][0] ? (var[vi][0] == 1 ? "1" : "2") : "all",
+                   var[vi][1] ? "on" : "off", var[vi][2] ? "on" : "off", var[vi][3] ? "on" : "off", ts,
                    1e3 / ts);
             fflush(stdout);
         }

@@ -44,6 +44,9 @@ __device__ __forceinline__ uint4 ld_stream(const void *p) {
     return v;
 }
 
+/* Brings the line holding p toward the SM (no register; a hint). */
+__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(MU_FULL, v, o);
@@ -194,6 +197,10 @@ struct TQ4K {
         return c;
     }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    /* the side streams a unit reads (scales), one lane per block */
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 7) == 0) prefetch_l1(c.meta + (u >> 3) * 16);
+    }
     struct U {
         int e0; /* first low element; the high ones start at e0 + 32 */
         float d, dmin;
@@ -274,6 +281,9 @@ struct TQ5K {
     __device__ static int units(int64_t cols) { return (int)(cols / 256 * 8); }
     __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) { return TQ4K::row(w, r); }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 7) == 0) prefetch_l1(c.meta + (u >> 3) * 16), prefetch_l1(c.qh + (u >> 3) * 32);
+    }
     /* The four words of 5-bit values: low nibbles (sub-block 2c) and high. */
     __device__ static void values(const RowCtx &rc, int u, const uint4 &v, uint32_t lo[4], uint32_t hi[4]) {
         const int b = u >> 3, q = u & 7, c = q >> 1, h = q & 1;
@@ -348,6 +358,13 @@ struct TQ6K {
         return c;
     }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 7) == 0) {
+            prefetch_l1(c.qh + (u >> 3) * 64);
+            prefetch_l1(c.meta + (u >> 3) * 16);
+            prefetch_l1(c.d + (u >> 3));
+        }
+    }
     struct U {
         int e0; /* first low element; the high ones start at e0 + 64 */
         float d;
@@ -436,6 +453,9 @@ struct TQ80 {
         return c;
     }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 63) == 0) prefetch_l1(c.d + (u >> 1));
+    }
     struct A {
         int4 a0;
         float d0;
@@ -486,6 +506,9 @@ struct TQ40 {
         return c;
     }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 63) == 0) prefetch_l1(c.d + u);
+    }
     struct A {
         int4 a0, a1;
         float d0, d1;
@@ -548,6 +571,7 @@ struct TFloat {
         return c;
     }
     __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &, int) {}
     __device__ static float val(const uint4 &v, int i) {
         if (KIND == 0) return __uint_as_float(word_of(v, i));
         const uint32_t wd = word_of(v, i >> 1);

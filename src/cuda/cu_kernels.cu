@@ -270,12 +270,29 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
 #define TAIL_FOR(k, e) \
     _Pragma("unroll") for (int k = 0; k < TAIL_PER; k++) if (const int e = ((warp + 8 * k) * 32 + lane) * 4; e < n)
 
-    /* the current h, staged */
-    float ss = 0.f;
+    /* round 1: the current h (staged in shared memory) and the branch (in
+     * registers) together; the norm weights, cold in L2 after a token's
+     * weight stream, are prefetched into L1 for rounds 2 and 3 */
+    const int np = rn.branch_parts > 1 ? rn.branch_parts : 1;
+    float ss = 0.f, st = 0.f;
+    float4 tv[TAIL_PER];
     TAIL_FOR(k, e) {
+        if ((lane & 7) == 0) {
+            if (wp) prefetch_l1(wp + e);
+            if (wn) prefetch_l1(wn + e);
+        }
         const float4 v = __ldcg(reinterpret_cast<const float4 *>(h + e));
         s4[e / 4] = v;
         ss += f4dot(v);
+        if (br) {
+            float4 b = __ldcg(reinterpret_cast<const float4 *>(br + e));
+            for (int p = 1; p < np; p++) {
+                const float4 w = __ldcg(reinterpret_cast<const float4 *>(br + (int64_t)p * n + e));
+                b = make_float4(b.x + w.x, b.y + w.y, b.z + w.z, b.w + w.w);
+            }
+            tv[k] = b;
+            st += f4dot(b);
+        }
     }
     if (rn.embd_norm) {
         const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)n + rn.eps_next);
@@ -283,27 +300,12 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
     }
     float ss2 = 0.f;
     if (br) {
-        float r1 = 1.0f;
-        const int np = rn.branch_parts > 1 ? rn.branch_parts : 1;
-        auto branch_at = [&](int e) {
-            float4 v = __ldcg(reinterpret_cast<const float4 *>(br + e));
-            for (int p = 1; p < np; p++) {
-                const float4 w = __ldcg(reinterpret_cast<const float4 *>(br + (int64_t)p * n + e));
-                v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
-            }
-            return v;
-        };
-        if (wp) {
-            float st = 0.f;
-            TAIL_FOR(k, e) st += f4dot(branch_at(e));
-            r1 = 1.0f / sqrtf(block_sum(st, red) / (float)n + rn.eps_post);
-        }
+        const float r1 = wp ? 1.0f / sqrtf(block_sum(st, red) / (float)n + rn.eps_post) : 1.0f;
         TAIL_FOR(k, e) {
-            const float4 tv = branch_at(e);
-            float4 add = tv;
+            float4 add = tv[k];
             if (wp) {
                 const float4 w = *reinterpret_cast<const float4 *>(wp + e);
-                add = make_float4((tv.x * r1) * w.x, (tv.y * r1) * w.y, (tv.z * r1) * w.z, (tv.w * r1) * w.w);
+                add = make_float4((add.x * r1) * w.x, (add.y * r1) * w.y, (add.z * r1) * w.z, (add.w * r1) * w.w);
             }
             float4 hv = s4[e / 4];
             hv = make_float4(hv.x + add.x, hv.y + add.y, hv.z + add.z, hv.w + add.w);
@@ -402,14 +404,26 @@ __device__ __forceinline__ float batch_dot(const mu_cu_weight &w, int64_t row, i
     return acc;
 }
 
-/* units [base, min(base + 32 * MV_NB, end)) of a row, 16 bytes per lane per unit */
-__device__ __forceinline__ void batch_load(const mu_cu_weight &w, int64_t row, int base, int n, uint4 *v) {
+/* units [base, min(base + 32 * MV_NB, end)) of a row, 16 bytes per lane per
+ * unit, and a prefetch of the side streams (scales, high bits) those units
+ * will read, so computing the batch waits on no DRAM round trip of its own */
+__device__ __forceinline__ void batch_load(const mu_cu_weight &w, int64_t row, int base, int n, uint4 *v,
+                                           bool side_prefetch) {
     const int lane = threadIdx.x & 31;
     const uint8_t *p = w.qs + row * (int64_t)w.units * 16;
 #pragma unroll
     for (int k = 0; k < MV_NB; k++) {
         const int u = base + k * 32 + lane;
         v[k] = u < n ? ld_stream(p + (int64_t)u * 16) : make_uint4(0, 0, 0, 0);
+    }
+    if (side_prefetch) {
+        MU_CU_DISPATCH(w.type, {
+            const RowCtx rc = TT::row(w, row);
+            _Pragma("unroll") for (int k = 0; k < MV_NB; k++) {
+                const int u = base + k * 32 + lane;
+                if (u < n) TT::prefetch(rc, u);
+            }
+        });
     }
 }
 
@@ -459,7 +473,7 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
     bool have = locate(0, cs, cr, cp);
     int cb = cp * plen;
     uint4 vc[MV_NB];
-    if (have) batch_load(a.seg[cs].w, cr, cb, cb + plen, vc);
+    if (have) batch_load(a.seg[cs].w, cr, cb, cb + plen, vc, a.prefetch);
     pdl_wait(); /* the weights above are immutable; activations come after */
 
     float acc = 0.f, gate = 0.f;
@@ -476,7 +490,7 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
             nb = np * plen;
         }
         uint4 vn[MV_NB];
-        if (nh) batch_load(a.seg[ns].w, nr, nb, (np + 1) * plen, vn);
+        if (nh) batch_load(a.seg[ns].w, nr, nb, (np + 1) * plen, vn, a.prefetch);
         acc += batch_dot<LANE>(a.seg[cs].w, cr, cb, cend, vc, a.act);
         if (cb + 32 * MV_NB >= cend) { /* the row-dot is complete */
             const float y = warp_sum(acc);
@@ -568,6 +582,8 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
 }
 
 static int g_occupancy = 0; /* blocks per SM; 0: as many as fit */
+static bool g_prefetch = true;
+extern "C" void mu_cu_set_matvec_prefetch(bool on) { g_prefetch = on; }
 static int g_grid_cap = 0;  /* blocks in all; 0: no cap */
 extern "C" void mu_cu_set_matvec_occupancy(int blocks_per_sm) { g_occupancy = blocks_per_sm > 0 ? blocks_per_sm : 0; }
 extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 ? blocks : 0; }
@@ -601,6 +617,7 @@ static cudaError_t launch_lane(const mu_cu_mv *a, int64_t jobs, cudaStream_t s) 
 
 extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     mu_cu_mv a = *in;
+    a.prefetch = g_prefetch;
     a.rows_total = 0;
     for (int i = 0; i < a.nseg; i++) {
         a.rows_total += a.seg[i].w.rows;
