@@ -44,6 +44,18 @@ __device__ __forceinline__ uint4 ld_stream(const void *p) {
     return v;
 }
 
+/* Bulk prefetch of [p, p + bytes) into L2 (sm_90): one instruction pulls a
+ * whole upcoming row; p and bytes multiples of 16. */
+__device__ __forceinline__ void prefetch_l2_bulk(const void *p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+/* The same for a range that need not be 16-byte aligned (rounded outward;
+ * every stream is allocated with 256-byte padding). */
+__device__ __forceinline__ void prefetch_l2_range(const void *p, uint64_t bytes) {
+    const uint64_t a = (uint64_t)p & ~(uint64_t)15, e = ((uint64_t)p + bytes + 15) & ~(uint64_t)15;
+    if (e > a) prefetch_l2_bulk((const void *)a, (uint32_t)(e - a));
+}
+
 /* Brings the line holding p toward the SM (no register; a hint). */
 __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 

@@ -442,6 +442,28 @@ __device__ __forceinline__ uint32_t hash32(uint32_t a, uint32_t b, uint32_t c) {
     return h;
 }
 
+/* Lane 0 pulls units [u0, u1) of a row and their side streams into L2. */
+__device__ __forceinline__ void rowdot_prefetch_l2(const mu_cu_weight &w, int64_t row, int u0, int u1) {
+    const int64_t nb = w.cols >> 8; /* K-quant blocks per row */
+    prefetch_l2_bulk(w.qs + (row * w.units + u0) * 16, (uint32_t)(u1 - u0) * 16);
+    const int64_t b0 = u0 >> 3, b1 = (u1 + 7) >> 3; /* K-quant blocks of 8 units */
+    switch (w.type) {
+    case MU_TYPE_Q4_K: prefetch_l2_range(w.meta + (row * nb + b0) * 16, (uint64_t)(b1 - b0) * 16); break;
+    case MU_TYPE_Q5_K:
+        prefetch_l2_range(w.meta + (row * nb + b0) * 16, (uint64_t)(b1 - b0) * 16);
+        prefetch_l2_range(w.qh + (row * nb + b0) * 32, (uint64_t)(b1 - b0) * 32);
+        break;
+    case MU_TYPE_Q6_K:
+        prefetch_l2_range(w.meta + (row * nb + b0) * 16, (uint64_t)(b1 - b0) * 16);
+        prefetch_l2_range(w.qh + (row * nb + b0) * 64, (uint64_t)(b1 - b0) * 64);
+        prefetch_l2_range(w.d + row * nb + b0, (uint64_t)(b1 - b0) * 2);
+        break;
+    case MU_TYPE_Q8_0: prefetch_l2_range(w.d + row * (w.cols / 32) + u0 / 2, (uint64_t)((u1 - u0 + 1) / 2) * 2); break;
+    case MU_TYPE_Q4_0: prefetch_l2_range(w.d + row * (w.cols / 32) + u0, (uint64_t)(u1 - u0) * 2); break;
+    default: break;
+    }
+}
+
 template <int LANE, int EPI>
 __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) matvec_kernel(const __grid_constant__ mu_cu_mv a) {
     pdl_trigger();
@@ -468,12 +490,23 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
         return true;
     };
 
+    /* L2 prefetch one row-dot ahead of the register loads (more bytes in
+     * flight per warp without registers; before the wait too: weights are
+     * immutable, so an early-launched kernel pulls its first rows into L2
+     * while its predecessor finishes) */
+    auto prefetch_rowdot = [&](int64_t k) {
+        int ps, pp;
+        int64_t pr;
+        if (a.prefetch >= 2 && lane == 0 && locate(k, ps, pr, pp))
+            rowdot_prefetch_l2(a.seg[ps].w, pr, pp * plen, (pp + 1) * plen);
+    };
     int cs = 0, cp = 0;
     int64_t cr = 0, ck = 0;
     bool have = locate(0, cs, cr, cp);
     int cb = cp * plen;
     uint4 vc[MV_NB];
     if (have) batch_load(a.seg[cs].w, cr, cb, cb + plen, vc, a.prefetch);
+    prefetch_rowdot(1);
     pdl_wait(); /* the weights above are immutable; activations come after */
 
     float acc = 0.f, gate = 0.f;
@@ -488,6 +521,7 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
             nk = ck + 1;
             nh = locate(nk, ns, nr, np);
             nb = np * plen;
+            prefetch_rowdot(nk + 1);
         }
         uint4 vn[MV_NB];
         if (nh) batch_load(a.seg[ns].w, nr, nb, (np + 1) * plen, vn, a.prefetch);
@@ -582,8 +616,8 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
 }
 
 static int g_occupancy = 0; /* blocks per SM; 0: as many as fit */
-static bool g_prefetch = true;
-extern "C" void mu_cu_set_matvec_prefetch(bool on) { g_prefetch = on; }
+static int g_prefetch = 2;
+extern "C" void mu_cu_set_matvec_prefetch(int level) { g_prefetch = level; }
 static int g_grid_cap = 0;  /* blocks in all; 0: no cap */
 extern "C" void mu_cu_set_matvec_occupancy(int blocks_per_sm) { g_occupancy = blocks_per_sm > 0 ? blocks_per_sm : 0; }
 extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 ? blocks : 0; }
