@@ -42,6 +42,20 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     timeout 300 $D/bench_cuda -m $M "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^cuda: uploading"
     echo "bench rc=$?"
 fi
+if [ "$what" = ncu ]; then
+    # Nsight Compute on four consecutive matvec launches of one layer (qkv+gate,
+    # wo + tail, gate/up, down + tail), op by op; clocks left alone.
+    M=/dev/shm/m.gguf; [ -s "$M" ] || M=/tmp/m.gguf
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    stamp "ncu ($NCU)"
+    MUSER_CUDA_GRAPH=0 MUSER_CUDA_PDL=0 timeout 240 "$NCU" --clock-control none -k regex:matvec_kernel \
+        --launch-skip 60 --launch-count 4 --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
+        $D/bench_cuda -m "$M" --depths 0 --gen 2 --pp 0 --copy-gb 0.2 >"$OUT/ncu.txt" 2>&1
+    echo "ncu rc=$?"
+    grep -E "matvec_kernel|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Compute \(SM\)|Issue Slots Busy|Issued Ipc|Warp Cycles Per Issued|Achieved Occupancy|No Eligible|Eligible Warps|stalled|Stall" \
+        "$OUT/ncu.txt" | cut -c1-220 | head -90
+fi
 stamp done
 if [ "$what" = sass ] || [ "$what" = all ]; then
     CU=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)

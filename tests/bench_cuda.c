@@ -186,12 +186,15 @@ int main(int argc, char **argv) {
 
     if (ab) {
         /* variants: matvec blocks per SM (0: all that fit), PDL, graph, side-stream prefetch; the default last */
-        static const int var[][4] = {{0, 1, 1, 0}, {0, 1, 1, 1}, {2, 1, 1, 2}, {0, 0, 1, 2}, {0, 0, 0, 2}, {0, 1, 1, 2}};
-        printf("\nA/B at depth 0 (%d tokens each):\n| matvec blocks/SM | PDL | graph | prefetch | tok/s | ms/token |\n"
-               "|---:|---|---|---|---:|---:|\n", gen);
+        /* blocks/SM, PDL, graph, prefetch level, int8 input staged in shared memory */
+        static const int var[][5] = {{0, 1, 1, 1, 0}, {0, 1, 1, 2, 1}, {0, 1, 1, 0, 1}, {2, 1, 1, 1, 1},
+                                     {0, 0, 1, 1, 1}, {0, 0, 0, 1, 1}, {0, 1, 1, 1, 1}};
+        printf("\nA/B at depth 0 (%d tokens each):\n| matvec blocks/SM | PDL | graph | prefetch | int8 input | tok/s | "
+               "ms/token |\n|---:|---|---|---|---|---:|---:|\n", gen);
         for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++) {
             mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
             mu_cu_set_matvec_prefetch(var[vi][3]);
+            mu_cu_set_matvec_stage(var[vi][4] != 0);
             mu_cuda_set_synthetic_depth(b, 0, 5);
             muser_token tok = toks[0], next = 0;
             int pos = 0;
@@ -205,8 +208,9 @@ int main(int argc, char **argv) {
                 tok = next;
             }
             const double ts = gen / (now_s() - t1);
-            printf("| %s | %s | %s | %s | %.1f | %.3f |\n", var[vi][0] ? (var[vi][0] == 1 ? "1" : "2") : "all",
-                   var[vi][1] ? "on" : "off", var[vi][2] ? "on" : "off", var[vi][3] == 2 ? "L1+L2 rows" : var[vi][3] ? "L1 side" : "off", ts,
+            printf("| %s | %s | %s | %s | %s | %.1f | %.3f |\n", var[vi][0] ? (var[vi][0] == 1 ? "1" : "2") : "all",
+                   var[vi][1] ? "on" : "off", var[vi][2] ? "on" : "off",
+                   var[vi][3] == 2 ? "L1+L2 rows" : var[vi][3] ? "L1 side" : "off", var[vi][4] ? "shared" : "L1", ts,
                    1e3 / ts);
             fflush(stdout);
         }

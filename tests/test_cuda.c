@@ -688,17 +688,22 @@ int main(void) {
         tl_skip(why);
     }
     printf("kernels against CPU references:\n");
-    for (int cap = 0; cap <= 2; cap += 2) {
+    for (int variant = 0; variant < 3; variant++) {
         /* the matvec family with a grid as large as the rows need, then with
-         * 2 blocks (16 warps) so each warp streams many rows back to back */
+         * 2 blocks (16 warps) so each warp streams many rows back to back,
+         * then without the shared-memory staging of the int8 input */
+        const int cap = variant == 1 ? 2 : 0;
         mu_cu_set_matvec_grid_cap(cap);
-        printf(" matvec grid %s:\n", cap ? "capped at 2 blocks" : "uncapped");
+        mu_cu_set_matvec_stage(variant != 2);
+        printf(" matvec grid %s, int8 input %s:\n", cap ? "capped at 2 blocks" : "uncapped",
+               variant != 2 ? "staged in shared memory" : "read through L1");
         test_matvec();
         test_gateup();
         test_resnorm();
         test_logits();
     }
     mu_cu_set_matvec_grid_cap(0);
+    mu_cu_set_matvec_stage(true);
     test_dequant();
     test_embed();
     test_qkv_post();

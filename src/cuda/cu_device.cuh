@@ -181,11 +181,13 @@ __device__ __forceinline__ int dot16(uint32_t w0, uint32_t w1, uint32_t w2, uint
     return __dp4a((int)w3, a.w, s);
 }
 
+/* Activation reads: generic loads, so the int8 vector can live in global
+ * memory or be staged in shared memory by the matvec kernel. */
 __device__ __forceinline__ float2 ld_ds(const mu_cu_act &a, int elem) {
-    return __ldg(reinterpret_cast<const float2 *>(a.ds) + (elem >> 4));
+    return *(reinterpret_cast<const float2 *>(a.ds) + (elem >> 4));
 }
 __device__ __forceinline__ int4 ld_q16(const mu_cu_act &a, int elem) {
-    return __ldg(reinterpret_cast<const int4 *>(a.q + elem));
+    return *reinterpret_cast<const int4 *>(a.q + elem);
 }
 __device__ __forceinline__ float4 ld_x4(const float *x) { return __ldg(reinterpret_cast<const float4 *>(x)); }
 __device__ __forceinline__ float f4(const float4 &v, int i) { return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w)); }

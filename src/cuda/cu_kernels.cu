@@ -509,6 +509,23 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
     prefetch_rowdot(1);
     pdl_wait(); /* the weights above are immutable; activations come after */
 
+    /* fast lane: stage the int8 input in shared memory once per block, so
+     * each unit's activation reads are shared-memory loads, not L1 traffic */
+    mu_cu_act act = a.act;
+    if (LANE == MU_CU_LANE_FAST && a.stage_act) {
+        extern __shared__ __align__(16) uint8_t mv_smem[];
+        const int ne = (int)a.seg[0].w.cols;
+        int8_t *sq = reinterpret_cast<int8_t *>(mv_smem);
+        float *sds = reinterpret_cast<float *>(mv_smem + ((ne + 15) & ~15));
+        for (int i = threadIdx.x; i < ne / 16; i += MV_THREADS)
+            reinterpret_cast<int4 *>(sq)[i] = __ldcg(reinterpret_cast<const int4 *>(a.act.q) + i);
+        for (int i = threadIdx.x; i < ne / 32; i += MV_THREADS)
+            reinterpret_cast<float4 *>(sds)[i] = __ldcg(reinterpret_cast<const float4 *>(a.act.ds) + i);
+        __syncthreads();
+        act.q = sq;
+        act.ds = sds;
+    }
+
     float acc = 0.f, gate = 0.f;
     unsigned long long best = 0ull;
     while (have) {
@@ -525,7 +542,7 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
         }
         uint4 vn[MV_NB];
         if (nh) batch_load(a.seg[ns].w, nr, nb, (np + 1) * plen, vn, a.prefetch);
-        acc += batch_dot<LANE>(a.seg[cs].w, cr, cb, cend, vc, a.act);
+        acc += batch_dot<LANE>(a.seg[cs].w, cr, cb, cend, vc, act);
         if (cb + 32 * MV_NB >= cend) { /* the row-dot is complete */
             const float y = warp_sum(acc);
             acc = 0.f;
@@ -616,27 +633,33 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
 }
 
 static int g_occupancy = 0; /* blocks per SM; 0: as many as fit */
-static int g_prefetch = 2;
+static int g_prefetch = 1;
 extern "C" void mu_cu_set_matvec_prefetch(int level) { g_prefetch = level; }
+static bool g_stage = true;
+extern "C" void mu_cu_set_matvec_stage(bool on) { g_stage = on; }
 static int g_grid_cap = 0;  /* blocks in all; 0: no cap */
 extern "C" void mu_cu_set_matvec_occupancy(int blocks_per_sm) { g_occupancy = blocks_per_sm > 0 ? blocks_per_sm : 0; }
 extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 ? blocks : 0; }
 
 template <int LANE, int EPI>
 static cudaError_t launch_mv(const mu_cu_mv *a, int64_t jobs, cudaStream_t s) {
-    static int sms = 0, fit = 0;
+    static int sms = 0;
     if (!sms) {
         int dev = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, matvec_kernel<LANE, EPI>, MV_THREADS, 0);
-        if (fit < 1) fit = 1;
+        /* the staged input (up to 8192 + 4096 ... bytes) on top of the static tail */
+        cudaFuncSetAttribute(matvec_kernel<LANE, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
     }
+    const size_t smem = a->stage_act ? (size_t)((a->seg[0].w.cols + 15) & ~15) + (size_t)a->seg[0].w.cols / 2 : 0;
+    int fit = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, matvec_kernel<LANE, EPI>, MV_THREADS, smem);
+    if (fit < 1) fit = 1;
     const int per_sm = g_occupancy > 0 && g_occupancy < fit ? g_occupancy : fit;
     int64_t blocks = (jobs + MV_WARPS - 1) / MV_WARPS;
     if (blocks > (int64_t)sms * per_sm) blocks = (int64_t)sms * per_sm;
     if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
-    return launch(matvec_kernel<LANE, EPI>, dim3((unsigned)blocks), dim3(MV_THREADS), 0, s, *a);
+    return launch(matvec_kernel<LANE, EPI>, dim3((unsigned)blocks), dim3(MV_THREADS), smem, s, *a);
 }
 
 template <int LANE>
@@ -652,6 +675,7 @@ static cudaError_t launch_lane(const mu_cu_mv *a, int64_t jobs, cudaStream_t s) 
 extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     mu_cu_mv a = *in;
     a.prefetch = g_prefetch;
+    a.stage_act = g_stage && a.lane == MU_CU_LANE_FAST && a.act.q && a.seg[0].w.cols <= 32768;
     a.rows_total = 0;
     for (int i = 0; i < a.nseg; i++) {
         a.rows_total += a.seg[i].w.rows;

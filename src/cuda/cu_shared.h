@@ -149,6 +149,7 @@ typedef struct mu_cu_mv {
     mu_cu_act act;
     int64_t rows_total;    /* set by mu_cu_matvec                          */
     int prefetch;          /* set by mu_cu_matvec: prefetch level (see below) */
+    int stage_act;         /* set by mu_cu_matvec: int8 input staged in shared memory */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
     /* GATEUP */
@@ -217,9 +218,11 @@ bool mu_cu_get_pdl(void);
  * cap on its blocks in all (0: none; tests use it to give each warp many rows). */
 void mu_cu_set_matvec_occupancy(int blocks_per_sm);
 void mu_cu_set_matvec_grid_cap(int blocks);
-/* Matvec prefetch: 0 none, 1 the scale / high-bit streams one batch ahead
- * into L1, 2 (default) that and whole rows one row ahead into L2. */
+/* Matvec prefetch: 0 none, 1 (default) the scale / high-bit streams one
+ * batch ahead into L1, 2 that and whole rows one row ahead into L2. */
 void mu_cu_set_matvec_prefetch(int level);
+/* Fast lane: stage the int8 input vector in shared memory (default on). */
+void mu_cu_set_matvec_stage(bool on);
 
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams. */
 cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, cudaStream_t s);
