@@ -270,30 +270,27 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
 #define TAIL_FOR(k, e) \
     _Pragma("unroll") for (int k = 0; k < TAIL_PER; k++) if (const int e = ((warp + 8 * k) * 32 + lane) * 4; e < n)
 
-    /* round 1: the current h (staged in shared memory) and the branch (in
-     * registers) together; the norm weights, cold in L2 after a token's
-     * weight stream, are prefetched into L1 for rounds 2 and 3 */
+    /* Round 1: the current h (staged in shared memory) and the branch (in
+     * registers), every load independent of every other. Round 2: the norm
+     * weights, loaded before any global store (a store through a pointer
+     * that may alias would keep later loads from being hoisted, and each
+     * would wait on DRAM in turn). Round 3: arithmetic and stores only. */
     const int np = rn.branch_parts > 1 ? rn.branch_parts : 1;
     float ss = 0.f, st = 0.f;
     float4 tv[TAIL_PER];
     TAIL_FOR(k, e) {
-        if ((lane & 7) == 0) {
-            if (wp) prefetch_l1(wp + e);
-            if (wn) prefetch_l1(wn + e);
-        }
         const float4 v = __ldcg(reinterpret_cast<const float4 *>(h + e));
         s4[e / 4] = v;
         ss += f4dot(v);
-        if (br) {
-            float4 b = __ldcg(reinterpret_cast<const float4 *>(br + e));
-            for (int p = 1; p < np; p++) {
-                const float4 w = __ldcg(reinterpret_cast<const float4 *>(br + (int64_t)p * n + e));
-                b = make_float4(b.x + w.x, b.y + w.y, b.z + w.z, b.w + w.w);
-            }
-            tv[k] = b;
-            st += f4dot(b);
+        tv[k] = br ? __ldcg(reinterpret_cast<const float4 *>(br + e)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int p = 1; p < np; p++) {
+        TAIL_FOR(k, e) {
+            const float4 w = __ldcg(reinterpret_cast<const float4 *>(br + (int64_t)p * n + e));
+            tv[k] = make_float4(tv[k].x + w.x, tv[k].y + w.y, tv[k].z + w.z, tv[k].w + w.w);
         }
     }
+    if (br) TAIL_FOR(k, e) st += f4dot(tv[k]);
     if (rn.embd_norm) {
         const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)n + rn.eps_next);
         TAIL_FOR(k, e) s4[e / 4] = f4mul(s4[e / 4], r);
@@ -304,28 +301,29 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
         TAIL_FOR(k, e) {
             float4 add = tv[k];
             if (wp) {
-                const float4 w = *reinterpret_cast<const float4 *>(wp + e);
+                const float4 w = __ldg(reinterpret_cast<const float4 *>(wp + e));
                 add = make_float4((add.x * r1) * w.x, (add.y * r1) * w.y, (add.z * r1) * w.z, (add.w * r1) * w.w);
             }
             float4 hv = s4[e / 4];
             hv = make_float4(hv.x + add.x, hv.y + add.y, hv.z + add.z, hv.w + add.w);
             s4[e / 4] = hv;
             ss2 += f4dot(hv);
+            /* tv[k] now holds the next norm's weights */
+            tv[k] = wn ? __ldg(reinterpret_cast<const float4 *>(wn + e)) : make_float4(1.f, 1.f, 1.f, 1.f);
         }
-    } else if (rn.embd_norm) {
-        TAIL_FOR(k, e) ss2 += f4dot(s4[e / 4]);
     } else {
-        ss2 = ss;
+        TAIL_FOR(k, e) {
+            if (rn.embd_norm) ss2 += f4dot(s4[e / 4]);
+            tv[k] = wn ? __ldg(reinterpret_cast<const float4 *>(wn + e)) : make_float4(1.f, 1.f, 1.f, 1.f);
+        }
+        if (!rn.embd_norm) ss2 = ss;
     }
     const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + rn.eps_next);
     TAIL_FOR(k, e) {
         const float4 hv = s4[e / 4];
         if (br || rn.embd_norm) *reinterpret_cast<float4 *>(h + e) = hv;
         float4 a = f4mul(hv, r2);
-        if (wn) {
-            const float4 w = *reinterpret_cast<const float4 *>(wn + e);
-            a = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
-        }
+        if (wn) a = make_float4(a.x * tv[k].x, a.y * tv[k].y, a.z * tv[k].z, a.w * tv[k].w);
         *reinterpret_cast<float4 *>(rn.out.x + off + e) = a;
         if (rn.out.h) {
             uint16_t *o = rn.out.h + off + e;
