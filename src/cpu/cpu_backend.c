@@ -398,7 +398,8 @@ static void cpu_free(mu_backend *base) {
     free(b);
 }
 
-static const mu_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_truncate, cpu_reset, cpu_free};
+static const mu_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_truncate, cpu_reset, cpu_free,
+                                       mu_cpu_checkpoint_save, mu_cpu_checkpoint_restore};
 
 int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
     *out = NULL;

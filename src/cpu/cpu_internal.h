@@ -34,4 +34,8 @@ typedef struct cpu_backend {
     uint8_t *xq_k, *xq_0;    /* fast lane: [T] quantized input rows           */
 } cpu_backend;
 
+/* Ring checkpoints (cpu_checkpoint.c). */
+int mu_cpu_checkpoint_save(mu_backend *b, void **blob, size_t *size);
+int mu_cpu_checkpoint_restore(mu_backend *b, const void *blob, size_t size, int pos);
+
 #endif

@@ -28,6 +28,13 @@ typedef struct mu_backend_ops {
     int (*truncate)(mu_backend *b, int pos);
     void (*reset)(mu_backend *b);
     void (*free)(mu_backend *b);
+    /* Ring checkpoints (optional; NULL when the backend never needs them):
+     * save copies every sliding ring (bookkeeping and rows) into a blob;
+     * restore puts the rings back and cuts the growing planes to pos, the
+     * position the blob was saved at. The caller guarantees the growing
+     * planes still hold that prefix. */
+    int (*checkpoint_save)(mu_backend *b, void **blob, size_t *size);
+    int (*checkpoint_restore)(mu_backend *b, const void *blob, size_t size, int pos);
 } mu_backend_ops;
 
 /* Optional: decodes one token at pos and chooses the next one where the
