@@ -42,6 +42,24 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     timeout 300 $D/bench_cuda -m $M "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^cuda: uploading"
     echo "bench rc=$?"
 fi
+if [ "$what" = e2e ]; then
+    # the CLI end to end: run and chat on the GPU, the same greedy text as the
+    # CPU, and the clear error / CPU fallback for a model the GPU cannot run
+    N=tests/data/fixtures/nano/nano-Q4_K_M.gguf
+    for be in cuda cpu; do
+        stamp "muser run --backend $be"
+        timeout 60 $D/muser run -m $N -p "The cat" -n 24 --temp 0 --backend $be >"$OUT/run_$be.txt" 2>"$OUT/run_$be.err"
+        echo "rc=$? $(head -c 200 "$OUT/run_$be.txt" | tr '\n' ' ')"
+    done
+    cmp -s "$OUT/run_cuda.txt" "$OUT/run_cpu.txt" && echo "run: cuda and cpu greedy text identical" || echo "run: TEXT DIFFERS"
+    stamp "muser run --backend cuda/auto on stories260K (head_dim 8)"
+    timeout 60 $D/muser run -p "Once upon a time" -n 8 --temp 0 --backend cuda 2>&1 | tail -2
+    timeout 60 $D/muser run -p "Once upon a time" -n 8 --temp 0 --backend auto 2>&1 | tail -3
+    stamp "muser chat --backend cuda"
+    printf 'Hello there\n' | timeout 60 $D/muser chat -m $N -n 16 --temp 0 --backend cuda 2>&1 | tail -4
+    echo "chat rc=$?"
+fi
+
 if [ "$what" = ncu ]; then
     # Nsight Compute on four consecutive matvec launches of one layer (qkv+gate,
     # wo + tail, gate/up, down + tail), op by op; clocks left alone.
