@@ -2,12 +2,14 @@
  * with its fused epilogues, the residual/norm tail, the token embedding and
  * small elementwise kernels.
  *
- * Matvec: one warp per output row. A warp issues all of a batch's 16-byte
- * weight loads (NB per lane, 512 bytes per warp per load) before any
- * arithmetic, and the first batch before griddepcontrol.wait, so a kernel
- * launched early (PDL) streams its weights while its predecessor finishes.
- * Several matrices over the same input (q, k, v, gate) form one row space
- * and one launch.
+ * Matvec: a persistent grid over a stream of row-dots (one warp per row at a
+ * time, rows strided over all warps); 16-byte coalesced weight loads issued a
+ * batch ahead of the arithmetic, the first batch before griddepcontrol.wait,
+ * so a kernel launched early (PDL) streams its weights while its predecessor
+ * finishes. Several matrices over the same input (q, k, v, gate) form one
+ * row space and one launch; the epilogues fuse SwiGLU + int8 groups (gate/up),
+ * the residual/norm tail (Wo, down), and logit scale + soft-cap + the
+ * device-side token choice (LM head).
  */
 #include <math.h>
 
