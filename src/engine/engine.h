@@ -46,8 +46,16 @@ typedef struct mu_backend_ops {
                          float *const *logits);
 } mu_backend_ops;
 
+/* Optional: decodes one token at pos and chooses the next one where the
+ * logits live (greedy when temperature <= 0, else a softmax sample with that
+ * temperature and seed), so a GPU need not copy the whole vocabulary back;
+ * writes the logits only when logits != NULL. */
+typedef int (*mu_decode_select_fn)(mu_backend *b, muser_token token, int pos, float temperature, uint64_t seed,
+                                   float *logits, muser_token *next);
+
 struct mu_backend {
     const mu_backend_ops *ops;
+    mu_decode_select_fn decode_select; /* NULL when the backend has none (zeroed by calloc) */
 };
 
 /* Resolved session settings every backend receives. */
@@ -62,6 +70,12 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
 int mu_ref_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
 /* MUSER_EBACKEND with a clear message when there is no usable GPU. */
 int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+
+/* Feeds one token and chooses the next through the backend's decode_select
+ * (device-side on CUDA), else from the logits on the host; the session
+ * advances by one position. Logits are kept only when keep_logits. */
+int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
+                             muser_token *next);
 
 /* ---- attention routes ----------------------------------------------------
  * The route ladder for decode attention over one plane. Predicates fail

@@ -1,10 +1,12 @@
 /* session.c — the public model and session API (include/muser.h): loading,
  * backend selection, and feeding tokens in chunks of n_batch. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/parity.h"
 #include "cpu/pool.h"
 #include "text/vocab.h"
 #include "util/error.h"
@@ -236,6 +238,56 @@ int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool 
         done += chunk;
     }
     s->logit_rows = rows;
+    return 0;
+}
+
+/* Host fallback of decode_select: argmax, or a Gumbel-max sample. */
+static muser_token host_select(const float *logits, int V, float temperature, uint64_t seed, int pos) {
+    if (temperature <= 0.0f) return mu_argmax(logits, V);
+    int best = 0;
+    double best_key = -INFINITY;
+    uint64_t st = seed ^ ((uint64_t)pos * 0x9E3779B97F4A7C15ull);
+    for (int i = 0; i < V; i++) {
+        uint64_t z = (st += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        double u = ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+        double key = logits[i] / temperature - log(-log(u));
+        if (key > best_key) best_key = key, best = i;
+    }
+    return best;
+}
+
+int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
+                             muser_token *next) {
+    const int V = s->model->hp.n_vocab;
+    const mu_backend_ops *ops = s->backend->ops;
+    if (!s->backend->decode_select) {
+        int rc = muser_session_feed(s, &token, 1, false);
+        if (rc) return rc;
+        *next = host_select(muser_session_logits(s), V, temperature, seed, s->pos - 1);
+        return 0;
+    }
+    if (token < 0 || token >= V) return mu_fail(MUSER_ERANGE, "token id %d is outside the vocabulary [0, %d)", token, V);
+    if ((int64_t)s->pos + 1 > s->cfg.n_ctx)
+        return mu_fail(MUSER_ECONTEXT, "context is full: %d tokens held + 1 new > context size %d", s->pos, s->cfg.n_ctx);
+    if (keep_logits && s->logit_cap < 1) {
+        float *l = realloc(s->logits, (size_t)V * sizeof(float));
+        if (!l) return mu_fail(MUSER_ENOMEM, "out of memory for logits");
+        s->logits = l;
+        s->logit_cap = 1;
+    }
+    const int start = s->pos;
+    int rc = s->backend->decode_select(s->backend, token, s->pos, temperature, seed, keep_logits ? s->logits : NULL, next);
+    if (rc) {
+        if (ops->truncate(s->backend, start) != 0) ops->reset(s->backend), s->pos = 0;
+        s->logit_rows = 0;
+        return rc;
+    }
+    s->history[s->pos] = token;
+    s->pos++;
+    s->logit_rows = keep_logits ? 1 : 0;
     return 0;
 }
 

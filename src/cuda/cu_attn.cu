@@ -1,0 +1,475 @@
+/* cu_attn.cu — QK-norm + RoPE + KV append, split-K decode attention (a
+ * tensor-core path for f16 KV and a plain f32 path), and the reducer that
+ * merges the splits, divides once and applies the sigmoid gate.
+ *
+ * Attention for token t and KV head g is split into up to split_cap runs of
+ * whole 32-row blocks (mu_splitk_owned); each block of the grid keeps the
+ * online-softmax triple (max, sum, unnormalized weighted V) of its run in
+ * log2 units and writes it as one partial. Rows are addressed through the
+ * route the host chose: contiguous spans by plain offsets, wrapped rings
+ * through the explicit origin (slot = phys_first + i, minus the capacity
+ * past the end).
+ */
+#include <math.h>
+
+#include "cuda/cu_device.cuh"
+
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mu_cu_get_pdl() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+__device__ __forceinline__ int64_t row_slot(const mu_cu_rec_layer &lt, int64_t i, int64_t capacity) {
+    int64_t s = (int64_t)lt.phys_first + i;
+    if (lt.route != MU_CU_ROUTE_CONTIGUOUS && s >= capacity) s -= capacity;
+    return s;
+}
+
+/* ---- QK-norm + RoPE + KV append -----------------------------------------------------------
+ * One warp per head (query heads, then KV heads); a lane holds 4 dims. */
+__global__ void __launch_bounds__(256) qkv_post_kernel(const __grid_constant__ mu_cu_qkv_post a) {
+    __shared__ float buf[8][128];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hh = blockIdx.y * 8 + warp;
+    if (hh >= a.n_head + a.n_head_kv) return;
+    const bool isq = hh < a.n_head;
+    const int head = isq ? hh : hh - a.n_head;
+    const float *src = isq ? a.q + (int64_t)t * a.q_stride + head * 128 : a.k + (int64_t)t * a.kv_stride + head * 128;
+    float x[4];
+    {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(src) + lane);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    }
+    const float *nw = isq ? a.q_norm : a.k_norm;
+    if (nw) {
+        const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);
+        const float r = 1.0f / sqrtf(ss / 128.0f + a.eps);
+#pragma unroll
+        for (int j = 0; j < 4; j++) x[j] = (x[j] * r) * nw[4 * lane + j];
+    }
+    if (a.use_rope) {
+        const float *cs = rec_rope(a.recs, t, a.base_index);
+        const int half = a.n_rot / 2;
+        if (!a.neox) {
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                const int i = 2 * lane + p; /* pair (2i, 2i+1) = (x[2p], x[2p+1]) */
+                if (i < half) {
+                    const float c = cs[2 * i], s = cs[2 * i + 1];
+                    const float x0 = x[2 * p], x1 = x[2 * p + 1];
+                    x[2 * p] = x0 * c - x1 * s;
+                    x[2 * p + 1] = x0 * s + x1 * c;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) buf[warp][4 * lane + j] = x[j];
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int d = 4 * lane + j;
+                if (d < a.n_rot) {
+                    if (d < half) {
+                        const float c = cs[2 * d], s = cs[2 * d + 1];
+                        x[j] = buf[warp][d] * c - buf[warp][d + half] * s;
+                    } else {
+                        const int i = d - half;
+                        const float c = cs[2 * i], s = cs[2 * i + 1];
+                        x[j] = buf[warp][i] * s + buf[warp][d] * c;
+                    }
+                }
+            }
+        }
+    }
+    if (isq) {
+        float4 o = make_float4(x[0], x[1], x[2], x[3]);
+        reinterpret_cast<float4 *>(a.qn + ((int64_t)t * a.n_head + head) * 128)[lane] = o;
+        return;
+    }
+    const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
+    const int64_t off = (int64_t)lt.slot * a.n_head_kv * 128 + head * 128 + 4 * lane;
+    const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane);
+    if (a.kv_f32) {
+        *reinterpret_cast<float4 *>((float *)a.kc + off) = make_float4(x[0], x[1], x[2], x[3]);
+        *reinterpret_cast<float4 *>((float *)a.vc + off) = v;
+    } else {
+        uint16_t *kc = (uint16_t *)a.kc + off, *vc = (uint16_t *)a.vc + off;
+        kc[0] = f32_to_f16(x[0]), kc[1] = f32_to_f16(x[1]), kc[2] = f32_to_f16(x[2]), kc[3] = f32_to_f16(x[3]);
+        vc[0] = f32_to_f16(v.x), vc[1] = f32_to_f16(v.y), vc[2] = f32_to_f16(v.z), vc[3] = f32_to_f16(v.w);
+    }
+}
+
+extern "C" cudaError_t mu_cu_qkv_post_launch(const mu_cu_qkv_post *a, cudaStream_t s) {
+    const int heads = a->n_head + a->n_head_kv;
+    return launch_pdl(qkv_post_kernel, dim3(a->T, (heads + 7) / 8), dim3(256), 0, s, *a);
+}
+
+/* ---- attention: f32 path ------------------------------------------------------------------
+ * 128 threads; tiles of 32 rows staged in shared memory as f32. Thread d
+ * owns output dim d of every query head of the group. */
+#define AF_MAXQ 16
+template <bool KVF32>
+__global__ void __launch_bounds__(128) attn_f32_kernel(const __grid_constant__ mu_cu_attn a) {
+    __shared__ float qs[AF_MAXQ][128];
+    __shared__ float ks[32][129];
+    __shared__ float vs[32][128];
+    __shared__ float ps[AF_MAXQ][32];
+    __shared__ float ms[AF_MAXQ], ls[AF_MAXQ], cs[AF_MAXQ];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int per_kv = a.n_head / a.n_head_kv;
+    const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
+    const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);
+    if (s >= S) return;
+    int64_t r0, nr;
+    splitk_owned(lt.n_visible, S, s, r0, nr);
+    const int h0 = g * per_kv;
+    for (int i = tid; i < per_kv * 128; i += 128) qs[i / 128][i % 128] = a.q[((int64_t)t * a.n_head + h0) * 128 + i];
+    if (tid < per_kv) {
+        ms[tid] = -INFINITY;
+        ls[tid] = 0.f;
+    }
+    float acc[AF_MAXQ];
+#pragma unroll
+    for (int h = 0; h < AF_MAXQ; h++) acc[h] = 0.f;
+    const int64_t row_elems = (int64_t)a.n_head_kv * 128;
+    for (int64_t tile = 0; tile < nr; tile += 32) {
+        __syncthreads();
+        for (int j = 0; j < 32; j++) {
+            const int64_t i = tile + j;
+            float kv = 0.f, vv = 0.f;
+            if (i < nr) {
+                const int64_t off = row_slot(lt, r0 + i, a.capacity) * row_elems + g * 128 + tid;
+                if (KVF32) {
+                    kv = ((const float *)a.kc)[off];
+                    vv = ((const float *)a.vc)[off];
+                } else {
+                    kv = f16_to_f32(((const uint16_t *)a.kc)[off]);
+                    vv = f16_to_f32(((const uint16_t *)a.vc)[off]);
+                }
+            }
+            ks[j][tid] = kv;
+            vs[j][tid] = vv;
+        }
+        __syncthreads();
+        for (int idx = tid; idx < per_kv * 32; idx += 128) {
+            const int h = idx >> 5, j = idx & 31;
+            float sc = 0.f;
+            for (int d = 0; d < 128; d++) sc += qs[h][d] * ks[j][d];
+            ps[h][j] = tile + j < nr ? sc * a.scale_log2 : -INFINITY;
+        }
+        __syncthreads();
+        for (int h = warp; h < per_kv; h += 4) {
+            const float sc = ps[h][lane];
+            const float mt = warp_max(sc);
+            const float m_old = ms[h];
+            const float m_new = fmaxf(m_old, mt);
+            const float corr = m_old == -INFINITY ? 0.f : exp2f(m_old - m_new);
+            const float p = sc == -INFINITY ? 0.f : exp2f(sc - m_new);
+            const float psum = warp_sum(p);
+            ps[h][lane] = p;
+            __syncwarp();
+            if (lane == 0) {
+                ls[h] = ls[h] * corr + psum;
+                ms[h] = m_new;
+                cs[h] = corr;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < AF_MAXQ; h++) {
+            if (h < per_kv) {
+                float o = acc[h] * cs[h];
+                for (int j = 0; j < 32; j++) o += ps[h][j] * vs[j][tid];
+                acc[h] = o;
+            }
+        }
+    }
+    __syncthreads();
+    const int64_t pbase = ((int64_t)t * a.n_head + h0) * a.split_cap + s;
+#pragma unroll
+    for (int h = 0; h < AF_MAXQ; h++) {
+        if (h < per_kv) {
+            const int64_t p = pbase + (int64_t)h * a.split_cap;
+            a.part_o[p * 128 + tid] = acc[h];
+            if (tid == 0) {
+                a.part_m[p] = ms[h];
+                a.part_l[p] = ls[h];
+            }
+        }
+    }
+}
+
+/* ---- attention: tensor-core path (f16 KV, head_dim 128, <= 16 heads per KV head) ---------
+ * Per warp, 16-row steps: S[16 heads][16 rows] = Q K^T with mma.m16n8k16 (Q
+ * split into f16 hi + lo parts so the scores keep ~f32 accuracy), online
+ * softmax in registers, O[16][128] += P V with P in f16. Each thread loads
+ * its K and V fragments straight from global memory with 16-byte loads:
+ *   QK^T: thread (g = lane/4, q = lane%4) loads 16-byte chunks q, q+4, q+8,
+ *         q+12 of row g; the head dims are permuted consistently in Q and K
+ *         (any permutation of the summed index leaves the dot unchanged);
+ *   PV:   thread loads dims 16g..16g+15 of rows 2q, 2q+1, 2q+8, 2q+9; output
+ *         column n of n-tile j is dim 16n + j, so a thread ends up owning
+ *         dims 32q .. 32q+31 of heads g and g+8. */
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* Head dim of logical k index (2q + e) (b0/a0/a1) in k-step s; +2 for b1/a2/a3. */
+__device__ __forceinline__ int qk_dim(int s, int q, int e) { return 8 * q + 32 * (s >> 1) + 4 * (s & 1) + e; }
+
+__global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ mu_cu_attn a) {
+    __shared__ float so[4][16][128];
+    __shared__ float sm[4][16], sl[4][16];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int per_kv = a.n_head / a.n_head_kv;
+    const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
+    const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);
+    if (s >= S) return;
+    int64_t r0, nr;
+    splitk_owned(lt.n_visible, S, s, r0, nr);
+    const int h0 = g * per_kv;
+
+    /* Q fragments, scaled into log2 units, hi and lo halves */
+    uint32_t qa_hi[8][4], qa_lo[8][4];
+    const float *qb = a.q + ((int64_t)t * a.n_head + h0) * 128;
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++) {
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int head = gq + (r & 1) * 8;
+            const int d = qk_dim(ks, tq, 0) + ((r >> 1) ? 2 : 0);
+            float v0 = 0.f, v1 = 0.f;
+            if (head < per_kv) {
+                v0 = qb[head * 128 + d] * a.scale_log2;
+                v1 = qb[head * 128 + d + 1] * a.scale_log2;
+            }
+            const __half2 hi = __floats2half2_rn(v0, v1);
+            const float2 hf = __half22float2(hi);
+            qa_hi[ks][r] = *reinterpret_cast<const uint32_t *>(&hi);
+            qa_lo[ks][r] = pack_half2(v0 - hf.x, v1 - hf.y);
+        }
+    }
+
+    float o[16][4];
+#pragma unroll
+    for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    const int64_t row_elems = (int64_t)a.n_head_kv * 128;
+    const uint16_t *kc = (const uint16_t *)a.kc + g * 128, *vc = (const uint16_t *)a.vc + g * 128;
+    const int64_t steps = (nr + 15) / 16;
+
+    for (int64_t st = warp; st < steps; st += 4) {
+        const int64_t rb = st * 16; /* first row of the step within the run */
+        /* K: rows rb + gq (n-tile 0) and rb + 8 + gq (n-tile 1) */
+        uint4 kw[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            const int64_t i = rb + nt * 8 + gq;
+            if (i < nr) {
+                const uint16_t *p = kc + row_slot(lt, r0 + i, a.capacity) * row_elems;
+#pragma unroll
+                for (int c = 0; c < 4; c++) kw[nt][c] = __ldg(reinterpret_cast<const uint4 *>(p + 8 * (tq + 4 * c)));
+            } else {
+#pragma unroll
+                for (int c = 0; c < 4; c++) kw[nt][c] = make_uint4(0, 0, 0, 0);
+            }
+        }
+        /* V: rows rb + 2tq, +1, +8, +9; dims 16gq .. 16gq+15 */
+        uint4 vw[4][2];
+#pragma unroll
+        for (int rr = 0; rr < 4; rr++) {
+            const int64_t i = rb + (rr >> 1) * 8 + 2 * tq + (rr & 1);
+            if (i < nr) {
+                const uint16_t *p = vc + row_slot(lt, r0 + i, a.capacity) * row_elems + 16 * gq;
+                vw[rr][0] = __ldg(reinterpret_cast<const uint4 *>(p));
+                vw[rr][1] = __ldg(reinterpret_cast<const uint4 *>(p + 8));
+            } else {
+                vw[rr][0] = vw[rr][1] = make_uint4(0, 0, 0, 0);
+            }
+        }
+        float sc[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            /* hi and lo parts in separate accumulators: two chains of 8 mma, not one of 16 */
+            float slo[4] = {0.f, 0.f, 0.f, 0.f};
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < 8; ks++) {
+                const uint32_t b0 = word_of(kw[nt][ks >> 1], 2 * (ks & 1));
+                const uint32_t b1 = word_of(kw[nt][ks >> 1], 2 * (ks & 1) + 1);
+                mma16816(sc[nt], qa_hi[ks], b0, b1);
+                mma16816(slo, qa_lo[ks], b0, b1);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++) sc[nt][r] += slo[r];
+            /* C: [0] (head gq, row 2tq), [1] (gq, 2tq+1), [2] (gq+8, 2tq), [3] (gq+8, 2tq+1) */
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                if (rb + nt * 8 + 2 * tq + (r & 1) >= nr) sc[nt][r] = -INFINITY;
+        }
+        float mx0 = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
+        float mx1 = fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3]));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(MU_FULL, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(MU_FULL, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(MU_FULL, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(MU_FULL, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float c0 = m0 == -INFINITY ? 0.f : exp2f(m0 - mn0);
+        const float c1 = m1 == -INFINITY ? 0.f : exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        uint32_t pa[4];
+        float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            const float p0 = exp2f(sc[nt][0] - mn0), p1 = exp2f(sc[nt][1] - mn0);
+            const float p2 = exp2f(sc[nt][2] - mn1), p3 = exp2f(sc[nt][3] - mn1);
+            const __half2 hA = __floats2half2_rn(p0, p1), hB = __floats2half2_rn(p2, p3);
+            const float2 fA = __half22float2(hA), fB = __half22float2(hB);
+            ps0 += fA.x + fA.y; /* the sum uses the same rounded weights as P V */
+            ps1 += fB.x + fB.y;
+            pa[nt * 2 + 0] = *reinterpret_cast<const uint32_t *>(&hA); /* a0 / a2: head gq   */
+            pa[nt * 2 + 1] = *reinterpret_cast<const uint32_t *>(&hB); /* a1 / a3: head gq+8 */
+        }
+        l0 = l0 * c0 + ps0;
+        l1 = l1 * c1 + ps1;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[j][0] *= c0;
+            o[j][1] *= c0;
+            o[j][2] *= c1;
+            o[j][3] *= c1;
+            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+            const int wi = j >> 1; /* word within the 8 words of dims 16gq.. */
+            const uint32_t w0 = word_of(vw[0][wi >> 2], wi & 3), w1 = word_of(vw[1][wi >> 2], wi & 3);
+            const uint32_t w2 = word_of(vw[2][wi >> 2], wi & 3), w3 = word_of(vw[3][wi >> 2], wi & 3);
+            mma16816(o[j], pa, __byte_perm(w0, w1, sel), __byte_perm(w2, w3, sel));
+        }
+    }
+    l0 += __shfl_xor_sync(MU_FULL, l0, 1);
+    l0 += __shfl_xor_sync(MU_FULL, l0, 2);
+    l1 += __shfl_xor_sync(MU_FULL, l1, 1);
+    l1 += __shfl_xor_sync(MU_FULL, l1, 2);
+    /* per-warp state to shared memory, then merge the four warps */
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        so[warp][gq][32 * tq + j] = o[j][0];
+        so[warp][gq][32 * tq + 16 + j] = o[j][1];
+        so[warp][gq + 8][32 * tq + j] = o[j][2];
+        so[warp][gq + 8][32 * tq + 16 + j] = o[j][3];
+    }
+    if (tq == 0) {
+        sm[warp][gq] = m0;
+        sm[warp][gq + 8] = m1;
+        sl[warp][gq] = l0;
+        sl[warp][gq + 8] = l1;
+    }
+    __syncthreads();
+    const int d = threadIdx.x;
+    const int64_t pbase = ((int64_t)t * a.n_head + h0) * a.split_cap + s;
+    for (int h = 0; h < per_kv; h++) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w][h]);
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            if (sm[w][h] == -INFINITY) continue;
+            const float f = exp2f(sm[w][h] - M);
+            L += f * sl[w][h];
+            O += f * so[w][h][d];
+        }
+        const int64_t p = pbase + (int64_t)h * a.split_cap;
+        a.part_o[p * 128 + d] = O;
+        if (d == 0) {
+            a.part_m[p] = M;
+            a.part_l[p] = L;
+        }
+    }
+}
+
+extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaStream_t s) {
+    const dim3 grid(a->split_cap, a->n_head_kv, a->T);
+    if (use_mma) return launch_pdl(attn_mma_kernel, grid, dim3(128), 0, s, *a);
+    if (a->kv_f32) return launch_pdl(attn_f32_kernel<true>, grid, dim3(128), 0, s, *a);
+    return launch_pdl(attn_f32_kernel<false>, grid, dim3(128), 0, s, *a);
+}
+
+/* ---- reducer: merge the splits, divide once, gate ------------------------------------------
+ * 512 threads per (token, head): the split maxima and weights in parallel,
+ * then four groups of 128 (one dim each) sum a quarter of the splits. */
+__global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant__ mu_cu_reduce a) {
+    __shared__ float sf[512], red[33], so[4][128];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+    const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
+    const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);
+    const int64_t base = ((int64_t)t * a.n_head + h) * a.split_cap;
+    const float ms = tid < S ? __ldcg(a.part_m + base + tid) : -INFINITY;
+    /* block max */
+    float mx = warp_max(ms);
+    if ((tid & 31) == 0) red[tid >> 5] = mx;
+    __syncthreads();
+    if (tid < 32) {
+        float v = tid < 16 ? red[tid] : -INFINITY;
+        v = warp_max(v);
+        if (tid == 0) red[32] = v;
+    }
+    __syncthreads();
+    const float M = red[32];
+    const float f = ms == -INFINITY ? 0.f : exp2f(ms - M);
+    sf[tid] = f;
+    const float L = block_sum(tid < S ? f * __ldcg(a.part_l + base + tid) : 0.f, red);
+    const int g = tid >> 7, d = tid & 127;
+    float O = 0.f;
+#pragma unroll 8
+    for (int s = g; s < S; s += 4)
+        if (sf[s] != 0.f) O += sf[s] * __ldcg(a.part_o + (base + s) * 128 + d);
+    so[g][d] = O;
+    __syncthreads();
+    if (tid >= 128) return;
+    float o = (so[0][d] + so[1][d] + so[2][d] + so[3][d]) * (1.0f / L);
+    if (a.gate) {
+        const float gv = __ldcg(a.gate + (int64_t)t * a.gate_stride + h * 128 + d);
+        o *= 1.0f / (1.0f + expf(-gv));
+    }
+    const int64_t off = (int64_t)t * a.out_stride + h * 128 + d;
+    a.out.x[off] = o;
+    if (a.out.h) a.out.h[off] = f32_to_f16(o);
+    if (a.out.q) {
+        const int64_t blk = off - (d & 31); /* start of this warp's 32-element block */
+        quantize_block_warp(o, a.out.q + blk, a.out.ds + blk / 16 * 2);
+    }
+}
+
+extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s) {
+    return launch_pdl(attn_reduce_kernel, dim3(a->n_head, a->T), dim3(512), 0, s, *a);
+}

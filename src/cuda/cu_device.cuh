@@ -1,0 +1,673 @@
+/* cu_device.cuh — device helpers shared by the CUDA kernels: programmatic
+ * dependent launch, warp and block reductions, int8 activation blocks, and
+ * one decoder per weight format.
+ *
+ * A format's "unit" is what one lane handles per 16-byte load of the bulk
+ * stream (cu_shared.h describes the repacked layouts):
+ *   Q4_K/Q5_K: 16 bytes of qs = 16 low-nibble weights of sub-block 2c and the
+ *              16 high-nibble weights of sub-block 2c+1 (32 weights);
+ *   Q6_K:      16 bytes of ql = 16 + 16 weights, 64 apart, with 16 bytes of qh;
+ *   Q8_0: 16 weights; Q4_0: 32 weights (16 low, 16 high nibbles);
+ *   F16/BF16: 8 weights; F32: 4 weights.
+ * Every decoder offers dot_f32 (exact lane: f32 activations), dot_q8 (fast
+ * lane: int8 activations, dp4a) and dequant (to f32 or f16, prefill).
+ */
+#ifndef MU_CU_DEVICE_CUH
+#define MU_CU_DEVICE_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define _Static_assert static_assert /* quant.h is C11 */
+#include "cuda/cu_shared.h"
+#include "quant/quant.h"
+#undef _Static_assert
+
+#define MU_WARP 32
+#define MU_FULL 0xffffffffu
+
+/* ---- programmatic dependent launch ------------------------------------------
+ * wait: blocks until the grids this one depends on have completed and their
+ * writes are visible (a no-op when launched without the attribute).
+ * trigger: lets the next grid in the stream start launching now. */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+/* Streaming 16-byte weight load: read-only path, no L1 allocation (each
+ * weight byte is read once per token). volatile keeps it before the wait. */
+__device__ __forceinline__ uint4 ld_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* Bulk prefetch of [p, p + bytes) into L2 (sm_90): one instruction pulls a
+ * whole upcoming row; p and bytes multiples of 16. */
+__device__ __forceinline__ void prefetch_l2_bulk(const void *p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+/* The same for a range that need not be 16-byte aligned (rounded outward;
+ * every stream is allocated with 256-byte padding). */
+__device__ __forceinline__ void prefetch_l2_range(const void *p, uint64_t bytes) {
+    const uint64_t a = (uint64_t)p & ~(uint64_t)15, e = ((uint64_t)p + bytes + 15) & ~(uint64_t)15;
+    if (e > a) prefetch_l2_bulk((const void *)a, (uint32_t)(e - a));
+}
+
+/* Brings the line holding p toward the SM (no register; a hint). */
+__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(MU_FULL, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(MU_FULL, v, o));
+    return v;
+}
+/* Sum over the 16 lanes of each half-warp. */
+__device__ __forceinline__ float half_warp_sum(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(MU_FULL, v, o);
+    return v;
+}
+
+/* Sum over the whole block, returned to every thread. red: >= 33 floats of
+ * shared memory; the leading barrier makes back-to-back calls safe. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float s = lane < nw ? red[lane] : 0.0f;
+        s = warp_sum(s);
+        if (lane == 0) red[32] = s;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+__device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* Quantizes 32 values held one per lane as two groups of 16 (the fast
+ * lane's activation format): per group d = amax/127, q = round(x/d), and
+ * d * sum(q). q, ds: the 32 values' base. */
+__device__ __forceinline__ void quantize_block_warp(float x, int8_t *q, float *ds) {
+    const int lane = threadIdx.x & 31;
+    float amax = fabsf(x);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(MU_FULL, amax, o));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    const int qi = (int)roundf(x * id);
+    q[lane] = (int8_t)qi;
+    /* d * sum(q), not sum(x): the K-quant min term then sees the same
+     * rounded activations as the scale term, and their errors cancel
+     * (measured: half the KL of sum(x) on Q4_K models) */
+    const float s = d * half_warp_sum((float)qi);
+    if ((lane & 15) == 0) {
+        ds[(lane >> 4) * 2 + 0] = d;
+        ds[(lane >> 4) * 2 + 1] = s;
+    }
+}
+
+/* tanh without the approximate instruction fast-math may pick: the logits'
+ * soft-cap must agree with the CPU to ~1e-6. */
+__device__ __forceinline__ float tanh_precise(float x) {
+    const float ax = fabsf(x);
+    if (ax < 0.125f) {
+        const float x2 = x * x;
+        return x * (1.0f - x2 * (0.33333333f - x2 * (0.13333333f - x2 * 0.053968254f)));
+    }
+    const float e = expf(-2.0f * ax);
+    return copysignf((1.0f - e) / (1.0f + e), x);
+}
+
+/* ---- format decoders ------------------------------------------------------------- */
+
+/* Byte k (0..11) of a Q4_K/Q5_K block's packed scales, held in m.y, m.z, m.w. */
+__device__ __forceinline__ int scale_byte(const uint4 &m, int k) {
+    const uint32_t w = k < 4 ? m.y : (k < 8 ? m.z : m.w);
+    return (int)((w >> (8 * (k & 3))) & 0xFF);
+}
+/* The (scale, min) pairs of sub-blocks 2c and 2c+1 (spec §7
+ * get_scale_min_k4), all eight unpacked word-wise and then selected, with no
+ * lane-dependent branch. */
+__device__ __forceinline__ void scales_pair_k4(const uint4 &m, int c, int &sc0, int &m0, int &sc1, int &m1) {
+    const uint32_t lo_sc = m.y & 0x3f3f3f3fu, lo_m = m.z & 0x3f3f3f3fu;
+    const uint32_t hi_sc = (m.w & 0x0f0f0f0fu) | ((m.y >> 2) & 0x30303030u);
+    const uint32_t hi_m = ((m.w >> 4) & 0x0f0f0f0fu) | ((m.z >> 2) & 0x30303030u);
+    const uint32_t scw = c < 2 ? lo_sc : hi_sc, mw = c < 2 ? lo_m : hi_m;
+    const int sh = (c & 1) * 16;
+    sc0 = (int)((scw >> sh) & 0xff), sc1 = (int)((scw >> (sh + 8)) & 0xff);
+    m0 = (int)((mw >> sh) & 0xff), m1 = (int)((mw >> (sh + 8)) & 0xff);
+}
+
+/* spec §7 get_scale_min_k4 */
+__device__ __forceinline__ void scale_min_k4(int j, const uint4 &m, int &sc, int &mn) {
+    if (j < 4) {
+        sc = scale_byte(m, j) & 63;
+        mn = scale_byte(m, j + 4) & 63;
+    } else {
+        sc = (scale_byte(m, j + 4) & 0xF) | ((scale_byte(m, j - 4) >> 6) << 4);
+        mn = (scale_byte(m, j + 4) >> 4) | ((scale_byte(m, j) >> 6) << 4);
+    }
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4 &v, int k) {
+    return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w));
+}
+__device__ __forceinline__ int iword_of(const int4 &v, int k) {
+    return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w));
+}
+
+/* Stores a dequantized value as f32 or f16. */
+__device__ __forceinline__ void put(float *dst, int i, float v) { dst[i] = v; }
+__device__ __forceinline__ void put(uint16_t *dst, int i, float v) { dst[i] = f32_to_f16(v); }
+
+/* Dot of 16 int8 pairs packed in 4 words each. */
+__device__ __forceinline__ int dot16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, const int4 &a) {
+    int s = __dp4a((int)w0, a.x, 0);
+    s = __dp4a((int)w1, a.y, s);
+    s = __dp4a((int)w2, a.z, s);
+    return __dp4a((int)w3, a.w, s);
+}
+
+/* Activation reads: generic loads, so the int8 vector can live in global
+ * memory or be staged in shared memory by the matvec kernel. */
+__device__ __forceinline__ float2 ld_ds(const mu_cu_act &a, int elem) {
+    return *(reinterpret_cast<const float2 *>(a.ds) + (elem >> 4));
+}
+__device__ __forceinline__ int4 ld_q16(const mu_cu_act &a, int elem) {
+    return *reinterpret_cast<const int4 *>(a.q + elem);
+}
+__device__ __forceinline__ float4 ld_x4(const float *x) { return __ldg(reinterpret_cast<const float4 *>(x)); }
+__device__ __forceinline__ float f4(const float4 &v, int i) { return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w)); }
+
+/* A row's stream bases, computed once per row; units index with 32-bit offsets. */
+struct RowCtx {
+    const uint8_t *qs, *qh, *meta;
+    const uint16_t *d;
+};
+
+/* ---- Q4_K ---- */
+struct TQ4K {
+    __device__ static int units(int64_t cols) { return (int)(cols / 256 * 8); }
+    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
+        const int64_t nb = w.cols >> 8;
+        RowCtx c;
+        c.qs = w.qs + r * nb * 128;
+        c.meta = w.meta + r * nb * 16;
+        c.qh = w.qh ? w.qh + r * nb * 32 : nullptr;
+        c.d = nullptr;
+        return c;
+    }
+    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    /* the side streams a unit reads (scales), one lane per block */
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 7) == 0) prefetch_l1(c.meta + (u >> 3) * 16);
+    }
+    struct U {
+        int e0; /* first low element; the high ones start at e0 + 32 */
+        float d, dmin;
+        int sc0, m0, sc1, m1;
+    };
+    __device__ static U setup(const RowCtx &rc, int u) {
+        const int b = u >> 3, q = u & 7, c = q >> 1, h = q & 1;
+        const uint4 m = __ldg(reinterpret_cast<const uint4 *>(rc.meta + b * 16));
+        U r;
+        r.e0 = b * 256 + c * 64 + h * 16;
+        const float2 dm = __half22float2(*reinterpret_cast<const __half2 *>(&m.x));
+        r.d = dm.x;
+        r.dmin = dm.y;
+        scales_pair_k4(m, c, r.sc0, r.m0, r.sc1, r.m1);
+        return r;
+    }
+    /* the unit's int8 activations: low group at e0, high group at e0 + 32 */
+    struct A {
+        int4 a0, a1;
+        float2 ds0, ds1;
+    };
+    __device__ static int e0_of(int u) { return (u >> 3) * 256 + ((u & 7) >> 1) * 64 + (u & 1) * 16; }
+    __device__ static A act(int u, const mu_cu_act &a) {
+        const int e0 = e0_of(u);
+        A r;
+        r.a0 = ld_q16(a, e0), r.a1 = ld_q16(a, e0 + 32);
+        r.ds0 = ld_ds(a, e0), r.ds1 = ld_ds(a, e0 + 32);
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        const U s = setup(rc, u);
+        const uint32_t L = 0x0F0F0F0Fu;
+        const int i0 = dot16(v.x & L, v.y & L, v.z & L, v.w & L, x.a0);
+        const int i1 = dot16((v.x >> 4) & L, (v.y >> 4) & L, (v.z >> 4) & L, (v.w >> 4) & L, x.a1);
+        return s.d * ((float)s.sc0 * x.ds0.x * (float)i0 + (float)s.sc1 * x.ds1.x * (float)i1) -
+               s.dmin * ((float)s.m0 * x.ds0.y + (float)s.m1 * x.ds1.y);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
+    }
+    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        const U s = setup(rc, u);
+        float q0 = 0.f, x0 = 0.f, q1 = 0.f, x1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t wd = word_of(v, k);
+            const float4 xl = ld_x4(a.x + s.e0 + 4 * k), xh = ld_x4(a.x + s.e0 + 32 + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q0 += (float)((wd >> (8 * i)) & 0xF) * f4(xl, i);
+                x0 += f4(xl, i);
+                q1 += (float)((wd >> (8 * i + 4)) & 0xF) * f4(xh, i);
+                x1 += f4(xh, i);
+            }
+        }
+        return s.d * ((float)s.sc0 * q0 + (float)s.sc1 * q1) - s.dmin * ((float)s.m0 * x0 + (float)s.m1 * x1);
+    }
+    template <class O>
+    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
+        const U s = setup(rc, u);
+        /* ggml's order: d1 = d*sc, m1 = dmin*m, y = d1*q - m1 (no contraction) */
+        const float d0 = __fmul_rn(s.d, (float)s.sc0), mm0 = __fmul_rn(s.dmin, (float)s.m0);
+        const float d1 = __fmul_rn(s.d, (float)s.sc1), mm1 = __fmul_rn(s.dmin, (float)s.m1);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t wd = word_of(v, k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                put(dst, s.e0 + 4 * k + i, __fsub_rn(__fmul_rn(d0, (float)((wd >> (8 * i)) & 0xF)), mm0));
+                put(dst, s.e0 + 32 + 4 * k + i, __fsub_rn(__fmul_rn(d1, (float)((wd >> (8 * i + 4)) & 0xF)), mm1));
+            }
+        }
+    }
+};
+
+/* ---- Q5_K: Q4_K plus a fifth bit per weight from qh ---- */
+struct TQ5K {
+    __device__ static int units(int64_t cols) { return (int)(cols / 256 * 8); }
+    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) { return TQ4K::row(w, r); }
+    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 7) == 0) prefetch_l1(c.meta + (u >> 3) * 16), prefetch_l1(c.qh + (u >> 3) * 32);
+    }
+    /* The four words of 5-bit values: low nibbles (sub-block 2c) and high. */
+    __device__ static void values(const RowCtx &rc, int u, const uint4 &v, uint32_t lo[4], uint32_t hi[4]) {
+        const int b = u >> 3, q = u & 7, c = q >> 1, h = q & 1;
+        const uint4 qh = __ldg(reinterpret_cast<const uint4 *>(rc.qh + b * 32 + h * 16));
+        const uint32_t L = 0x0F0F0F0Fu, B = 0x01010101u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t wd = word_of(v, k), hb = word_of(qh, k);
+            lo[k] = (wd & L) | (((hb >> (2 * c)) & B) << 4);
+            hi[k] = ((wd >> 4) & L) | (((hb >> (2 * c + 1)) & B) << 4);
+        }
+    }
+    typedef TQ4K::A A;
+    __device__ static A act(int u, const mu_cu_act &a) { return TQ4K::act(u, a); }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        const TQ4K::U s = TQ4K::setup(rc, u);
+        uint32_t lo[4], hi[4];
+        values(rc, u, v, lo, hi);
+        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], x.a0);
+        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], x.a1);
+        return s.d * ((float)s.sc0 * x.ds0.x * (float)i0 + (float)s.sc1 * x.ds1.x * (float)i1) -
+               s.dmin * ((float)s.m0 * x.ds0.y + (float)s.m1 * x.ds1.y);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
+    }
+    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        const TQ4K::U s = TQ4K::setup(rc, u);
+        uint32_t lo[4], hi[4];
+        values(rc, u, v, lo, hi);
+        float q0 = 0.f, x0 = 0.f, q1 = 0.f, x1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 xl = ld_x4(a.x + s.e0 + 4 * k), xh = ld_x4(a.x + s.e0 + 32 + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q0 += (float)((lo[k] >> (8 * i)) & 0xFF) * f4(xl, i);
+                x0 += f4(xl, i);
+                q1 += (float)((hi[k] >> (8 * i)) & 0xFF) * f4(xh, i);
+                x1 += f4(xh, i);
+            }
+        }
+        return s.d * ((float)s.sc0 * q0 + (float)s.sc1 * q1) - s.dmin * ((float)s.m0 * x0 + (float)s.m1 * x1);
+    }
+    template <class O>
+    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
+        const TQ4K::U s = TQ4K::setup(rc, u);
+        uint32_t lo[4], hi[4];
+        values(rc, u, v, lo, hi);
+        const float d0 = __fmul_rn(s.d, (float)s.sc0), mm0 = __fmul_rn(s.dmin, (float)s.m0);
+        const float d1 = __fmul_rn(s.d, (float)s.sc1), mm1 = __fmul_rn(s.dmin, (float)s.m1);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                put(dst, s.e0 + 4 * k + i, __fsub_rn(__fmul_rn(d0, (float)((lo[k] >> (8 * i)) & 0xFF)), mm0));
+                put(dst, s.e0 + 32 + 4 * k + i, __fsub_rn(__fmul_rn(d1, (float)((hi[k] >> (8 * i)) & 0xFF)), mm1));
+            }
+    }
+};
+
+/* ---- Q6_K ---- */
+struct TQ6K {
+    __device__ static int units(int64_t cols) { return (int)(cols / 256 * 8); }
+    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
+        const int64_t nb = w.cols >> 8;
+        RowCtx c;
+        c.qs = w.qs + r * nb * 128;
+        c.qh = w.qh + r * nb * 64;
+        c.meta = w.meta + r * nb * 16;
+        c.d = w.d + r * nb;
+        return c;
+    }
+    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 7) == 0) {
+            prefetch_l1(c.qh + (u >> 3) * 64);
+            prefetch_l1(c.meta + (u >> 3) * 16);
+            prefetch_l1(c.d + (u >> 3));
+        }
+    }
+    struct U {
+        int e0; /* first low element; the high ones start at e0 + 64 */
+        float d;
+        int sc0, sc1;
+    };
+    /* Signed 6-bit values (q - 32) of the unit, as int8 lanes of 4 words each. */
+    __device__ static U values(const RowCtx &rc, int u, const uint4 &v, uint32_t lo[4], uint32_t hi[4]) {
+        const int b = u >> 3, q = u & 7, hh = q >> 2, uu = q & 3;
+        const uint4 qh = __ldg(reinterpret_cast<const uint4 *>(rc.qh + b * 64 + hh * 32 + (uu & 1) * 16));
+        const int shift = (uu >> 1) * 2;
+        const uint32_t L = 0x0F0F0F0Fu, T = 0x03030303u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t wd = word_of(v, k), hb = word_of(qh, k);
+            lo[k] = __vsub4((wd & L) | (((hb >> shift) & T) << 4), 0x20202020u);
+            hi[k] = __vsub4(((wd >> 4) & L) | (((hb >> (shift + 4)) & T) << 4), 0x20202020u);
+        }
+        U r;
+        r.e0 = b * 256 + hh * 128 + uu * 16;
+        const int8_t *sc = reinterpret_cast<const int8_t *>(rc.meta + b * 16);
+        r.sc0 = __ldg(sc + hh * 8 + uu);
+        r.sc1 = __ldg(sc + hh * 8 + 4 + uu);
+        r.d = f16_to_f32(__ldg(rc.d + b));
+        return r;
+    }
+    struct A {
+        int4 a0, a1;
+        float d0, d1;
+    };
+    __device__ static int e0_of(int u) { return (u >> 3) * 256 + ((u & 7) >> 2) * 128 + (u & 3) * 16; }
+    __device__ static A act(int u, const mu_cu_act &a) {
+        const int e0 = e0_of(u);
+        A r;
+        r.a0 = ld_q16(a, e0), r.a1 = ld_q16(a, e0 + 64);
+        r.d0 = ld_ds(a, e0).x, r.d1 = ld_ds(a, e0 + 64).x;
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        uint32_t lo[4], hi[4];
+        const U s = values(rc, u, v, lo, hi);
+        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], x.a0);
+        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], x.a1);
+        return s.d * ((float)s.sc0 * x.d0 * (float)i0 + (float)s.sc1 * x.d1 * (float)i1);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
+    }
+    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        uint32_t lo[4], hi[4];
+        const U s = values(rc, u, v, lo, hi);
+        float q0 = 0.f, q1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 xl = ld_x4(a.x + s.e0 + 4 * k), xh = ld_x4(a.x + s.e0 + 64 + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q0 += (float)(int8_t)((lo[k] >> (8 * i)) & 0xFF) * f4(xl, i);
+                q1 += (float)(int8_t)((hi[k] >> (8 * i)) & 0xFF) * f4(xh, i);
+            }
+        }
+        return s.d * ((float)s.sc0 * q0 + (float)s.sc1 * q1);
+    }
+    template <class O>
+    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
+        uint32_t lo[4], hi[4];
+        const U s = values(rc, u, v, lo, hi);
+        const float d0 = __fmul_rn(s.d, (float)s.sc0), d1 = __fmul_rn(s.d, (float)s.sc1);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                put(dst, s.e0 + 4 * k + i, __fmul_rn(d0, (float)(int8_t)((lo[k] >> (8 * i)) & 0xFF)));
+                put(dst, s.e0 + 64 + 4 * k + i, __fmul_rn(d1, (float)(int8_t)((hi[k] >> (8 * i)) & 0xFF)));
+            }
+    }
+};
+
+/* ---- Q8_0 ---- */
+struct TQ80 {
+    __device__ static int units(int64_t cols) { return (int)(cols / 16); }
+    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
+        RowCtx c;
+        c.qs = w.qs + r * w.cols;
+        c.d = w.d + r * (w.cols / 32);
+        c.qh = c.meta = nullptr;
+        return c;
+    }
+    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 63) == 0) prefetch_l1(c.d + (u >> 1));
+    }
+    struct A {
+        int4 a0;
+        float d0;
+    };
+    __device__ static A act(int u, const mu_cu_act &a) {
+        A r;
+        r.a0 = ld_q16(a, u * 16), r.d0 = ld_ds(a, u * 16).x;
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        const int i = dot16(v.x, v.y, v.z, v.w, x.a0);
+        return f16_to_f32(__ldg(rc.d + (u >> 1))) * x.d0 * (float)i;
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
+    }
+    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        const int e0 = u * 16;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t wd = word_of(v, k);
+            const float4 x = ld_x4(a.x + e0 + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) s += (float)(int8_t)((wd >> (8 * i)) & 0xFF) * f4(x, i);
+        }
+        return f16_to_f32(__ldg(rc.d + (u >> 1))) * s;
+    }
+    template <class O>
+    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
+        const float d = f16_to_f32(__ldg(rc.d + (u >> 1)));
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                put(dst, u * 16 + 4 * k + i, __fmul_rn((float)(int8_t)((word_of(v, k) >> (8 * i)) & 0xFF), d));
+    }
+};
+
+/* ---- Q4_0 ---- */
+struct TQ40 {
+    __device__ static int units(int64_t cols) { return (int)(cols / 32); }
+    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
+        RowCtx c;
+        c.qs = w.qs + r * (w.cols / 32 * 16);
+        c.d = w.d + r * (w.cols / 32);
+        c.qh = c.meta = nullptr;
+        return c;
+    }
+    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &c, int u) {
+        if ((u & 63) == 0) prefetch_l1(c.d + u);
+    }
+    struct A {
+        int4 a0, a1;
+        float d0, d1;
+    };
+    __device__ static A act(int u, const mu_cu_act &a) {
+        A r;
+        r.a0 = ld_q16(a, u * 32), r.a1 = ld_q16(a, u * 32 + 16);
+        r.d0 = ld_ds(a, u * 32).x, r.d1 = ld_ds(a, u * 32 + 16).x;
+        return r;
+    }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        const uint32_t L = 0x0F0F0F0Fu, E = 0x08080808u;
+        const int i0 = dot16(__vsub4(v.x & L, E), __vsub4(v.y & L, E), __vsub4(v.z & L, E), __vsub4(v.w & L, E), x.a0);
+        const int i1 = dot16(__vsub4((v.x >> 4) & L, E), __vsub4((v.y >> 4) & L, E), __vsub4((v.z >> 4) & L, E),
+                             __vsub4((v.w >> 4) & L, E), x.a1);
+        return f16_to_f32(__ldg(rc.d + u)) * (x.d0 * (float)i0 + x.d1 * (float)i1);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_a(rc, u, v, act(u, a));
+    }
+    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        const int e0 = u * 32;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t wd = word_of(v, k);
+            const float4 xl = ld_x4(a.x + e0 + 4 * k), xh = ld_x4(a.x + e0 + 16 + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                s += (float)((int)((wd >> (8 * i)) & 0xF) - 8) * f4(xl, i);
+                s += (float)((int)((wd >> (8 * i + 4)) & 0xF) - 8) * f4(xh, i);
+            }
+        }
+        return f16_to_f32(__ldg(rc.d + u)) * s;
+    }
+    template <class O>
+    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
+        const float d = f16_to_f32(__ldg(rc.d + u));
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t wd = word_of(v, k);
+                put(dst, u * 32 + 4 * k + i, __fmul_rn((float)((int)((wd >> (8 * i)) & 0xF) - 8), d));
+                put(dst, u * 32 + 16 + 4 * k + i, __fmul_rn((float)((int)((wd >> (8 * i + 4)) & 0xF) - 8), d));
+            }
+    }
+};
+
+/* ---- float formats: f32 activations in both lanes ---- */
+template <int KIND> /* 0: F32, 1: F16, 2: BF16 */
+struct TFloat {
+    static constexpr int PER = KIND == 0 ? 4 : 8; /* elements per 16 bytes */
+    __device__ static int units(int64_t cols) { return (int)(cols / PER); }
+    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
+        RowCtx c;
+        c.qs = w.qs + r * w.cols * (KIND == 0 ? 4 : 2);
+        c.qh = c.meta = nullptr;
+        c.d = nullptr;
+        return c;
+    }
+    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &, int) {}
+    __device__ static float val(const uint4 &v, int i) {
+        if (KIND == 0) return __uint_as_float(word_of(v, i));
+        const uint32_t wd = word_of(v, i >> 1);
+        const uint16_t h = (uint16_t)((i & 1) ? (wd >> 16) : (wd & 0xFFFF));
+        return KIND == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        const float *x = a.x + u * PER;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < PER / 4; k++) {
+            const float4 xv = ld_x4(x + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) s += val(v, 4 * k + i) * f4(xv, i);
+        }
+        return s;
+    }
+    struct A {
+        const mu_cu_act *a;
+    };
+    __device__ static A act(int u, const mu_cu_act &a) { return A{&a}; }
+    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
+        return dot_f32(rc, u, v, *x.a);
+    }
+    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
+        return dot_f32(rc, u, v, a);
+    }
+    template <class O>
+    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
+#pragma unroll
+        for (int i = 0; i < PER; i++) put(dst, u * PER + i, val(v, i));
+    }
+};
+
+/* Calls F.template operator()<Decoder>() for the weight's format; false for
+ * formats the backend does not compute with. */
+#define MU_CU_DISPATCH(type, BODY)                                  \
+    switch (type) {                                                 \
+    case MU_TYPE_Q4_K: { typedef TQ4K TT; BODY; } break;            \
+    case MU_TYPE_Q5_K: { typedef TQ5K TT; BODY; } break;            \
+    case MU_TYPE_Q6_K: { typedef TQ6K TT; BODY; } break;            \
+    case MU_TYPE_Q8_0: { typedef TQ80 TT; BODY; } break;            \
+    case MU_TYPE_Q4_0: { typedef TQ40 TT; BODY; } break;            \
+    case MU_TYPE_F32: { typedef TFloat<0> TT; BODY; } break;        \
+    case MU_TYPE_F16: { typedef TFloat<1> TT; BODY; } break;        \
+    case MU_TYPE_BF16: { typedef TFloat<2> TT; BODY; } break;       \
+    default: break;                                                 \
+    }
+
+/* ---- step records ------------------------------------------------------------------ */
+__device__ __forceinline__ const mu_cu_rec_hdr *rec_hdr(const mu_cu_recs &r, int t) {
+    return reinterpret_cast<const mu_cu_rec_hdr *>(r.base + (int64_t)t * r.stride);
+}
+__device__ __forceinline__ mu_cu_rec_layer rec_layer(const mu_cu_recs &r, int t, int layer) {
+    const int4 v = *reinterpret_cast<const int4 *>(r.base + (int64_t)t * r.stride + sizeof(mu_cu_rec_hdr) +
+                                                   (int64_t)layer * sizeof(mu_cu_rec_layer));
+    mu_cu_rec_layer l;
+    l.slot = v.x;
+    l.n_visible = v.y;
+    l.phys_first = v.z;
+    l.route = v.w;
+    return l;
+}
+__device__ __forceinline__ const float *rec_rope(const mu_cu_recs &r, int t, int base_index) {
+    return reinterpret_cast<const float *>(r.base + (int64_t)t * r.stride + sizeof(mu_cu_rec_hdr) +
+                                           (int64_t)r.n_layer * sizeof(mu_cu_rec_layer)) +
+           (int64_t)base_index * r.n_rot;
+}
+
+/* mu_splitk_owned (kv.c) on the device: whole 32-row blocks per worker. */
+__device__ __forceinline__ void splitk_owned(int64_t n_rows, int n_workers, int w, int64_t &first, int64_t &count) {
+    first = 0;
+    count = 0;
+    if (n_rows <= 0 || n_workers <= 0 || w < 0 || w >= n_workers) return;
+    const int64_t blocks = (n_rows + 31) / 32;
+    const int64_t per = blocks / n_workers, extra = blocks % n_workers;
+    const int64_t b0 = w * per + (w < extra ? w : extra);
+    const int64_t nb = per + (w < extra ? 1 : 0);
+    first = b0 * 32;
+    int64_t end = (b0 + nb) * 32;
+    if (end > n_rows) end = n_rows;
+    count = end > first ? end - first : 0;
+}
+
+#endif

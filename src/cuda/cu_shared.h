@@ -1,0 +1,258 @@
+/* cu_shared.h — what the C host code (cuda_backend.c) and the CUDA kernels
+ * (*.cu) share: device-side descriptions of weights, activations and the
+ * per-token step records, and the extern "C" launch wrappers.
+ *
+ * Every wrapper enqueues on the given stream and returns the launch's
+ * cudaError_t; the host checks it with CU_CHECK (file and line). Kernels
+ * launched with programmatic dependent launch (mu_cu_set_pdl) start while
+ * their predecessor drains: before griddepcontrol.wait they touch only
+ * immutable data (weights), so the token step's order is kept.
+ */
+#ifndef MU_CU_SHARED_H
+#define MU_CU_SHARED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __CUDACC__
+#define MU_CU_HD __host__ __device__
+#else
+#define MU_CU_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- weights ----------------------------------------------------------------
+ * Quantized weights are repacked at upload into separate streams so that a
+ * warp reads each row with 16-byte coalesced loads (spec §7 block layouts):
+ *   Q4_K: qs 128 B/block, meta 16 B/block (d, dmin, scales[12])
+ *   Q5_K: qs 128 B/block, qh 32 B/block, meta 16 B/block
+ *   Q6_K: qs (= ql) 128 B/block, qh 64 B/block, meta (= scales) 16 B/block, d
+ *   Q8_0: qs 32 B/block, d;   Q4_0: qs 16 B/block, d
+ *   F32, F16, BF16: the rows as they are, in qs.
+ * Same bytes as the file, only moved; each stream is row-major. */
+typedef struct mu_cu_weight {
+    uint32_t type;        /* enum mu_type                              */
+    int32_t units;        /* 16-byte units of qs per row (qs row = 16 * units) */
+    int64_t rows, cols;
+    const uint8_t *qs;
+    const uint8_t *qh;
+    const uint8_t *meta;
+    const uint16_t *d;    /* f16 block scales                          */
+    const uint16_t *f16;  /* dequantized f16 copy for prefill, or NULL */
+    uint64_t bytes;       /* device bytes of the quantized streams     */
+} mu_cu_weight;
+
+/* Device bytes of each stream of a weight (0 when absent). */
+typedef struct mu_cu_layout {
+    uint64_t qs, qh, meta, d;
+} mu_cu_layout;
+/* false for types the CUDA backend cannot compute with. */
+bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, mu_cu_layout *out);
+/* 16-byte units of the bulk stream per row (every format: qs row bytes / 16). */
+int32_t mu_cu_units(uint32_t type, int64_t cols);
+
+/* ---- activations --------------------------------------------------------------
+ * An input vector in both lanes' forms: f32 (exact lane, float weights) and
+ * int8 groups of 16 (fast lane) with, per group, its scale d = amax/127 and
+ * d * sum(q) (for the K-quant min terms). */
+typedef struct mu_cu_act {
+    const float *x;   /* [n]           */
+    const int8_t *q;  /* [n]           */
+    const float *ds;  /* [n/16][2]: d and d * sum(q) of each group of 16 */
+} mu_cu_act;
+
+/* Outputs of a normalization: f32, plus int8 blocks and/or f16 when asked. */
+typedef struct mu_cu_normout {
+    float *x;
+    int8_t *q;        /* NULL: no int8 blocks */
+    float *ds;
+    uint16_t *h;      /* NULL: no f16 copy    */
+} mu_cu_normout;
+
+/* Residual update and the next pre-norm, one row of n:
+ *   if branch: h += post_norm(branch) (eps_post; w_post NULL: plain add)
+ *   out = rmsnorm(h, eps_next) * w_next (w_next NULL: no weight)
+ * With embd (embedding rows): h = rmsnorm(h) without weight first. */
+typedef struct mu_cu_resnorm {
+    const float *branch;   /* branch_parts partial sums, n apart, added in order */
+    int branch_parts;      /* 0 or 1: one                                   */
+    const float *w_post;
+    float eps_post;
+    float *h;
+    const float *w_next;
+    float eps_next;
+    int embd_norm;    /* weightless norm of h before anything else (embedding) */
+    int n;
+    mu_cu_normout out;
+    /* row strides in elements for multi-row use (branch, h, out.*) */
+    int64_t stride;
+} mu_cu_resnorm;
+
+/* ---- per-token step records -----------------------------------------------------
+ * One record per token of a chunk, uploaded by one small copy before the
+ * kernels run (the token step's only host input):
+ *   header, then per layer {slot, n_visible, phys_first, route},
+ *   then per RoPE base the cos/sin table of the position (mu_rope_table). */
+typedef struct mu_cu_rec_hdr {
+    int32_t token;
+    int32_t pos;
+    float temperature; /* <= 0: greedy selection */
+    uint32_t seed;
+} mu_cu_rec_hdr;
+
+typedef struct mu_cu_rec_layer {
+    int32_t slot;       /* KV row this token appends                     */
+    int32_t n_visible;  /* rows the token's query sees                   */
+    int32_t phys_first; /* physical slot of the first visible row        */
+    int32_t route;      /* MU_CU_ROUTE_*                                 */
+} mu_cu_rec_layer;
+enum { MU_CU_ROUTE_CONTIGUOUS = 0, MU_CU_ROUTE_ORIGIN = 1 };
+
+typedef struct mu_cu_recs {
+    const uint8_t *base; /* device records                              */
+    int64_t stride;      /* bytes per record                            */
+    int n_layer, n_rot, n_bases;
+} mu_cu_recs;
+
+static inline int64_t mu_cu_rec_bytes(int n_layer, int n_bases, int n_rot) {
+    int64_t b = (int64_t)sizeof(mu_cu_rec_hdr) + (int64_t)n_layer * (int64_t)sizeof(mu_cu_rec_layer) +
+                4 * (int64_t)n_bases * n_rot;
+    return (b + 15) / 16 * 16;
+}
+
+/* ---- matvec --------------------------------------------------------------------- */
+enum { MU_CU_LANE_EXACT = 0, MU_CU_LANE_FAST = 1 };
+enum {
+    MU_CU_EPI_STORE = 0,   /* y_seg[r] = dot                                  */
+    MU_CU_EPI_GATEUP = 1,  /* seg0 gate, seg1 up: out = silu(g)*u as f32 + int8 */
+    MU_CU_EPI_RESNORM = 2, /* y = dot; the last block runs the resnorm tail   */
+    MU_CU_EPI_LOGITS = 3,  /* logits = cap*tanh(scale*y/cap); device argmax   */
+};
+#define MU_CU_MAX_SEG 4
+
+typedef struct mu_cu_mv_seg {
+    mu_cu_weight w;
+    float *y;
+} mu_cu_mv_seg;
+
+typedef struct mu_cu_mv {
+    mu_cu_mv_seg seg[MU_CU_MAX_SEG];
+    int nseg;
+    int lane;
+    int epi;
+    mu_cu_act act;
+    int64_t rows_total;    /* set by mu_cu_matvec                          */
+    int prefetch;          /* set by mu_cu_matvec: prefetch level (see below) */
+    int stage_act;         /* set by mu_cu_matvec: int8 input staged in shared memory */
+    int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
+                              (y holds parts x rows partial sums)          */
+    /* GATEUP */
+    mu_cu_normout gu;
+    unsigned int *group_count; /* [rows/16], zero; each group's last writer quantizes it and re-zeroes */
+    /* RESNORM */
+    mu_cu_resnorm rn;
+    unsigned int *counter; /* zero before the launch; the last block re-zeroes it */
+    /* LOGITS */
+    float logit_scale, softcap;
+    unsigned long long *best;  /* packed (ordered key, ~index), zeroed by the embed kernel */
+    const mu_cu_rec_hdr *hdr;  /* temperature and seed of the step                     */
+    uint64_t step;
+} mu_cu_mv;
+
+/* ---- attention ------------------------------------------------------------------- */
+typedef struct mu_cu_attn {
+    int T, layer;
+    int n_head, n_head_kv, head_dim;
+    int kv_f32;
+    int64_t capacity;      /* rows of the plane                         */
+    void *kc, *vc;         /* planes [capacity][n_head_kv*head_dim]     */
+    const float *q;        /* [T][n_head][head_dim], after QK-norm/RoPE */
+    float scale_log2;      /* attn_scale * log2(e)                      */
+    int split_cap;         /* splits per (token, kv head) at most       */
+    float *part_m, *part_l, *part_o; /* [T][n_head][split_cap]([head_dim]) */
+    mu_cu_recs recs;
+} mu_cu_attn;
+
+/* Splits of a visible span of n rows: about 128 rows each, at most cap. */
+MU_CU_HD static inline int mu_cu_attn_splits(int64_t n, int cap) {
+    int64_t s = (n + 127) / 128;
+    if (s < 1) s = 1;
+    return (int)(s < cap ? s : cap);
+}
+
+typedef struct mu_cu_qkv_post {
+    int T, layer;
+    int n_head, n_head_kv, head_dim, n_rot;
+    int neox;              /* rope pairing                               */
+    int use_rope, base_index;
+    const float *q, *k, *v;       /* raw projections [T][..]               */
+    int64_t q_stride, kv_stride;  /* elements between tokens               */
+    const float *q_norm, *k_norm; /* [head_dim] or NULL                    */
+    float eps;
+    float *qn;             /* [T][n_head][head_dim]                       */
+    void *kc, *vc;
+    int kv_f32;
+    mu_cu_recs recs;
+} mu_cu_qkv_post;
+
+typedef struct mu_cu_reduce {
+    int T, n_head, head_dim, split_cap, layer;
+    const float *part_m, *part_l, *part_o;
+    const float *gate;     /* [T][n_head*head_dim] raw gate, or NULL      */
+    int64_t gate_stride;
+    mu_cu_normout out;     /* [T][n_head*head_dim]                         */
+    int64_t out_stride;
+    mu_cu_recs recs;
+} mu_cu_reduce;
+
+/* ---- launch wrappers ----------------------------------------------------------------- */
+void mu_cu_set_pdl(bool on);
+bool mu_cu_get_pdl(void);
+/* Blocks per SM of the matvec grid (0: as many as fit, the default), and a
+ * cap on its blocks in all (0: none; tests use it to give each warp many rows). */
+void mu_cu_set_matvec_occupancy(int blocks_per_sm);
+void mu_cu_set_matvec_grid_cap(int blocks);
+/* Matvec prefetch: 0 none, 1 (default) the scale / high-bit streams one
+ * batch ahead into L1, 2 that and whole rows one row ahead into L2. */
+void mu_cu_set_matvec_prefetch(int level);
+/* Fast lane: stage the int8 input vector in shared memory (default on). */
+void mu_cu_set_matvec_stage(bool on);
+
+/* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams. */
+cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, cudaStream_t s);
+/* Rows [r0, r0+nrows) dequantized into dst (f16 when to_f16, else f32), row-major [nrows][cols]. */
+cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t nrows, void *dst, bool to_f16, cudaStream_t s);
+
+cudaError_t mu_cu_matvec(const mu_cu_mv *a, cudaStream_t s);
+/* Token embedding rows + (embd norm) + first pre-norm, T rows; zeroes *best. */
+cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
+                        unsigned long long *best, cudaStream_t s);
+/* rn applied to T rows (prefill). */
+cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, cudaStream_t s);
+/* out = silu(g) * u for T rows of n, f32 in place of g and optional f16. */
+cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, cudaStream_t s);
+/* logits = cap * tanh(scale * logits / cap) over n values. */
+cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float softcap, cudaStream_t s);
+/* int8 blocks (fast-lane activations) of T rows of n. */
+cudaError_t mu_cu_quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, cudaStream_t s);
+/* f32 -> f16 conversion of n values. */
+cudaError_t mu_cu_to_f16(const float *x, uint16_t *h, int64_t n, cudaStream_t s);
+
+cudaError_t mu_cu_qkv_post_launch(const mu_cu_qkv_post *a, cudaStream_t s);
+/* use_mma: tensor-core path (f16 KV, head_dim 128, <= 16 query heads per KV head). */
+cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaStream_t s);
+cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s);
+
+/* Fills rows [0, rows) of a KV plane with random values (bench depth). */
+cudaError_t mu_cu_fill_random(void *dst, int64_t n, bool f32, uint64_t seed, float scale, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,427 @@
+/* cu_test.cu — the single-kernel entry points of cuda_test.h (tests only). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "cuda/cu_device.cuh"
+#include "cuda/cuda_test.h"
+
+extern "C" int mu_fail(int status, const char *fmt, ...);
+
+#define TCK(call)                                                                                                     \
+    do {                                                                                                              \
+        cudaError_t e_ = (call);                                                                                      \
+        if (e_ != cudaSuccess) return mu_fail(-8, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+namespace {
+
+/* Device allocations freed at scope exit. */
+struct Pool {
+    std::vector<void *> ptrs;
+    ~Pool() {
+        for (void *p : ptrs) cudaFree(p);
+    }
+    template <class T>
+    T *get(size_t n, int poison = -1) {
+        void *p = nullptr;
+        if (cudaMalloc(&p, n * sizeof(T) + 16) != cudaSuccess) return nullptr;
+        ptrs.push_back(p);
+        if (poison >= 0) cudaMemset(p, poison, n * sizeof(T) + 16);
+        return (T *)p;
+    }
+    template <class T>
+    T *up(const T *h, size_t n) {
+        T *d = get<T>(n);
+        if (d && h) cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice);
+        return d;
+    }
+};
+
+int block_bytes(uint32_t type, int &elems) {
+    switch (type) {
+    case MU_TYPE_Q4_K: elems = 256; return 144;
+    case MU_TYPE_Q5_K: elems = 256; return 176;
+    case MU_TYPE_Q6_K: elems = 256; return 210;
+    case MU_TYPE_Q8_0: elems = 32; return 34;
+    case MU_TYPE_Q4_0: elems = 32; return 18;
+    case MU_TYPE_F32: elems = 1; return 4;
+    case MU_TYPE_F16: case MU_TYPE_BF16: elems = 1; return 2;
+    default: elems = 0; return 0;
+    }
+}
+
+/* Uploads a weight in file layout and repacks it as the backend does. */
+int make_weight(Pool &pool, uint32_t type, const void *raw, int64_t rows, int64_t cols, mu_cu_weight *w) {
+    mu_cu_layout l;
+    if (!mu_cu_weight_layout(type, rows, cols, &l)) return mu_fail(-5, "type %u unsupported", type);
+    int elems = 0;
+    const int bb = block_bytes(type, elems);
+    const size_t raw_bytes = (size_t)rows * (cols / elems) * bb;
+    memset(w, 0, sizeof *w);
+    w->type = type;
+    w->rows = rows;
+    w->cols = cols;
+    w->qs = pool.get<uint8_t>(l.qs, 0x7f);
+    w->qh = l.qh ? pool.get<uint8_t>(l.qh, 0x7f) : nullptr;
+    w->meta = l.meta ? pool.get<uint8_t>(l.meta, 0x7f) : nullptr;
+    w->d = l.d ? pool.get<uint16_t>(l.d / 2, 0x7f) : nullptr;
+    w->bytes = l.qs + l.qh + l.meta + l.d;
+    w->units = mu_cu_units(type, cols);
+    if (!w->qs) return mu_fail(-8, "cudaMalloc failed");
+    if (type == MU_TYPE_F32 || type == MU_TYPE_F16 || type == MU_TYPE_BF16) {
+        TCK(cudaMemcpy((void *)w->qs, raw, raw_bytes, cudaMemcpyHostToDevice));
+    } else {
+        uint8_t *stage = pool.up((const uint8_t *)raw, raw_bytes);
+        TCK(mu_cu_repack(w, stage, 0, rows, 0));
+    }
+    TCK(cudaDeviceSynchronize());
+    return 0;
+}
+
+/* Input activations in both forms; quantized on the device for the fast lane. */
+int make_act(Pool &pool, const float *x, int64_t n, int lane, mu_cu_act *a, int8_t *xq, float *xds) {
+    float *dx = pool.up(x, (size_t)n);
+    int8_t *q = pool.get<int8_t>((size_t)n, 0x7f);
+    float *ds = pool.get<float>((size_t)n / 8, 0xff);
+    a->x = dx;
+    a->q = q;
+    a->ds = ds;
+    TCK(mu_cu_quantize_rows(dx, q, ds, n, 1, 0));
+    TCK(cudaDeviceSynchronize());
+    if (xq) TCK(cudaMemcpy(xq, q, (size_t)n, cudaMemcpyDeviceToHost));
+    if (xds) TCK(cudaMemcpy(xds, ds, (size_t)n / 8 * sizeof(float), cudaMemcpyDeviceToHost));
+    (void)lane;
+    return 0;
+}
+
+template <class T>
+int down(T *h, const T *d, size_t n) {
+    if (!h) return 0;
+    TCK(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+mu_cu_recs single_rec(Pool &pool, int T, int n_rot, const std::vector<uint8_t> &host, int64_t stride) {
+    mu_cu_recs r;
+    r.base = pool.up(host.data(), host.size());
+    r.stride = stride;
+    r.n_layer = 1;
+    r.n_rot = n_rot;
+    r.n_bases = 1;
+    (void)T;
+    return r;
+}
+
+} // namespace
+
+#define RCK(x)              \
+    do {                    \
+        int rc_ = (x);      \
+        if (rc_) return rc_; \
+    } while (0)
+
+extern "C" int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *const *raws, const int64_t *rows,
+                                   int64_t cols, const float *x, int lane, float *y, int8_t *xq, float *xds) {
+    Pool pool;
+    mu_cu_mv a;
+    memset(&a, 0, sizeof a);
+    a.lane = lane;
+    a.epi = MU_CU_EPI_STORE;
+    RCK(make_act(pool, x, cols, lane, &a.act, xq, xds));
+    int64_t total = 0;
+    for (int i = 0; i < nseg; i++) {
+        RCK(make_weight(pool, types[i], raws[i], rows[i], cols, &a.seg[i].w));
+        a.seg[i].y = pool.get<float>((size_t)rows[i], 0xff);
+        total += rows[i];
+    }
+    a.nseg = nseg;
+    TCK(mu_cu_matvec(&a, 0));
+    TCK(cudaDeviceSynchronize());
+    int64_t off = 0;
+    for (int i = 0; i < nseg; i++) {
+        RCK(down(y + off, a.seg[i].y, (size_t)rows[i]));
+        off += rows[i];
+    }
+    (void)total;
+    return 0;
+}
+
+extern "C" int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows, int64_t cols, bool to_f16,
+                                    float *out) {
+    Pool pool;
+    mu_cu_weight w;
+    RCK(make_weight(pool, type, raw, rows, cols, &w));
+    const size_t n = (size_t)rows * cols;
+    if (to_f16) {
+        uint16_t *d = pool.get<uint16_t>(n, 0xff);
+        TCK(mu_cu_dequant(&w, 0, rows, d, true, 0));
+        TCK(cudaDeviceSynchronize());
+        std::vector<uint16_t> h(n);
+        RCK(down(h.data(), d, n));
+        for (size_t i = 0; i < n; i++) out[i] = __half2float(__ushort_as_half(h[i]));
+    } else {
+        float *d = pool.get<float>(n, 0xff);
+        TCK(mu_cu_dequant(&w, 0, rows, d, false, 0));
+        TCK(cudaDeviceSynchronize());
+        RCK(down(out, d, n));
+    }
+    return 0;
+}
+
+extern "C" int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *up, int64_t F, int64_t cols,
+                                   const float *x, int lane, float *out_x, int8_t *out_q, float *out_ds, int8_t *xq,
+                                   float *xds) {
+    Pool pool;
+    mu_cu_mv a;
+    memset(&a, 0, sizeof a);
+    a.lane = lane;
+    a.epi = MU_CU_EPI_GATEUP;
+    RCK(make_act(pool, x, cols, lane, &a.act, xq, xds));
+    RCK(make_weight(pool, type, gate, F, cols, &a.seg[0].w));
+    RCK(make_weight(pool, type, up, F, cols, &a.seg[1].w));
+    a.nseg = 2;
+    a.gu.x = pool.get<float>((size_t)F, 0xff);
+    a.gu.q = pool.get<int8_t>((size_t)F, 0x7f);
+    a.gu.ds = pool.get<float>((size_t)F / 8, 0xff);
+    a.group_count = pool.get<unsigned>((size_t)F / 16, 0);
+    /* twice: the group counters must come back to zero */
+    TCK(mu_cu_matvec(&a, 0));
+    TCK(cudaDeviceSynchronize());
+    TCK(mu_cu_matvec(&a, 0));
+    TCK(cudaDeviceSynchronize());
+    RCK(down(out_x, a.gu.x, (size_t)F));
+    RCK(down(out_q, a.gu.q, (size_t)F));
+    RCK(down(out_ds, a.gu.ds, (size_t)F / 8));
+    return 0;
+}
+
+extern "C" int mu_cuda_test_matvec_resnorm(uint32_t type, const void *raw, int64_t n, int64_t cols, const float *x,
+                                           int lane, const float *w_post, float eps_post, const float *h_in,
+                                           const float *w_next, float eps_next, float *y, float *h_out, float *a_out,
+                                           int8_t *q_out, float *ds_out, int8_t *xq, float *xds) {
+    Pool pool;
+    mu_cu_mv a;
+    memset(&a, 0, sizeof a);
+    a.lane = lane;
+    a.epi = MU_CU_EPI_RESNORM;
+    RCK(make_act(pool, x, cols, lane, &a.act, xq, xds));
+    RCK(make_weight(pool, type, raw, n, cols, &a.seg[0].w));
+    a.seg[0].y = pool.get<float>((size_t)n * 8, 0xff); /* up to 8 partial sums (split long rows) */
+    a.nseg = 1;
+    a.counter = pool.get<unsigned>(1, 0);
+    a.rn.branch = a.seg[0].y;
+    a.rn.w_post = w_post ? pool.up(w_post, (size_t)n) : nullptr;
+    a.rn.eps_post = eps_post;
+    a.rn.h = pool.up(h_in, (size_t)n);
+    a.rn.w_next = w_next ? pool.up(w_next, (size_t)n) : nullptr;
+    a.rn.eps_next = eps_next;
+    a.rn.n = (int)n;
+    a.rn.stride = n;
+    a.rn.out.x = pool.get<float>((size_t)n, 0xff);
+    a.rn.out.q = pool.get<int8_t>((size_t)n, 0x7f);
+    a.rn.out.ds = pool.get<float>((size_t)n / 8, 0xff);
+    /* run twice: the counter must come back to zero for the next launch */
+    for (int rep = 0; rep < 2; rep++) {
+        if (rep) TCK(cudaMemcpy(a.rn.h, h_in, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+        TCK(mu_cu_matvec(&a, 0));
+        TCK(cudaDeviceSynchronize());
+    }
+    /* the parts the kernel used (as mu_cu_matvec picks them), summed in order */
+    const int units = mu_cu_units(type, cols);
+    int parts = units / 200;
+    while (parts > 1 && units % parts) parts--;
+    if (parts < 1) parts = 1;
+    if (parts > 8) parts = 8;
+    while (parts > 1 && units % parts) parts--;
+    std::vector<float> yp((size_t)n * parts);
+    RCK(down(yp.data(), a.seg[0].y, (size_t)n * parts));
+    for (int64_t i = 0; i < n; i++) {
+        float v = yp[i];
+        for (int p = 1; p < parts; p++) v += yp[(size_t)p * n + i];
+        y[i] = v;
+    }
+    RCK(down(h_out, a.rn.h, (size_t)n));
+    RCK(down(a_out, a.rn.out.x, (size_t)n));
+    RCK(down(q_out, a.rn.out.q, (size_t)n));
+    RCK(down(ds_out, a.rn.out.ds, (size_t)n / 8));
+    return 0;
+}
+
+extern "C" int mu_cuda_test_embed(uint32_t type, const void *raw, int64_t V, int64_t E, const int32_t *tokens, int T,
+                                  bool embd_norm, const float *w_next, float eps, float *h_out, float *a_out) {
+    Pool pool;
+    mu_cu_weight w;
+    RCK(make_weight(pool, type, raw, V, E, &w));
+    const int64_t stride = mu_cu_rec_bytes(1, 1, 2);
+    std::vector<uint8_t> host((size_t)(stride * T), 0);
+    for (int t = 0; t < T; t++) ((mu_cu_rec_hdr *)(host.data() + t * stride))->token = tokens[t];
+    mu_cu_recs recs = single_rec(pool, T, 2, host, stride);
+    mu_cu_resnorm rn;
+    memset(&rn, 0, sizeof rn);
+    rn.h = pool.get<float>((size_t)(T * E), 0xff);
+    rn.w_next = w_next ? pool.up(w_next, (size_t)E) : nullptr;
+    rn.eps_next = eps;
+    rn.embd_norm = embd_norm;
+    rn.n = (int)E;
+    rn.stride = E;
+    rn.out.x = pool.get<float>((size_t)(T * E), 0xff);
+    unsigned long long *best = pool.get<unsigned long long>(1, 0xff);
+    TCK(mu_cu_embed(&w, recs, T, rn, best, 0));
+    TCK(cudaDeviceSynchronize());
+    unsigned long long hb = 1;
+    RCK(down(&hb, best, 1));
+    if (hb != 0ull) return mu_fail(-8, "embed did not reset the selection slot");
+    RCK(down(h_out, rn.h, (size_t)(T * E)));
+    RCK(down(a_out, rn.out.x, (size_t)(T * E)));
+    return 0;
+}
+
+extern "C" int mu_cuda_test_logits(uint32_t type, const void *raw, int64_t V, int64_t cols, const float *x, int lane,
+                                   float scale, float softcap, float temperature, uint32_t seed, int pos,
+                                   float *logits, int32_t *chosen) {
+    Pool pool;
+    mu_cu_mv a;
+    memset(&a, 0, sizeof a);
+    a.lane = lane;
+    a.epi = MU_CU_EPI_LOGITS;
+    RCK(make_act(pool, x, cols, lane, &a.act, nullptr, nullptr));
+    RCK(make_weight(pool, type, raw, V, cols, &a.seg[0].w));
+    a.seg[0].y = pool.get<float>((size_t)V, 0xff);
+    a.nseg = 1;
+    a.logit_scale = scale;
+    a.softcap = softcap;
+    a.best = pool.get<unsigned long long>(1, 0);
+    mu_cu_rec_hdr hdr = {0, pos, temperature, seed};
+    a.hdr = pool.up(&hdr, 1);
+    TCK(mu_cu_matvec(&a, 0));
+    TCK(cudaDeviceSynchronize());
+    unsigned long long hb = 0;
+    RCK(down(&hb, a.best, 1));
+    *chosen = (int32_t)(0xFFFFFFFFu - (uint32_t)(hb & 0xFFFFFFFFull));
+    RCK(down(logits, a.seg[0].y, (size_t)V));
+    return 0;
+}
+
+static int planes_up(Pool &pool, const float *h, size_t n, bool f32, void **d) {
+    if (f32) {
+        *d = h ? (void *)pool.up(h, n) : (void *)pool.get<float>(n, 0);
+        return *d ? 0 : mu_fail(-8, "alloc");
+    }
+    std::vector<uint16_t> tmp(n, 0);
+    if (h)
+        for (size_t i = 0; i < n; i++) tmp[i] = __half_as_ushort(__float2half_rn(h[i]));
+    *d = pool.up(tmp.data(), n);
+    return *d ? 0 : mu_fail(-8, "alloc");
+}
+
+static int planes_down(const void *d, size_t n, bool f32, float *h) {
+    if (f32) return down(h, (const float *)d, n);
+    std::vector<uint16_t> tmp(n);
+    RCK(down(tmp.data(), (const uint16_t *)d, n));
+    for (size_t i = 0; i < n; i++) h[i] = __half2float(__ushort_as_half(tmp[i]));
+    return 0;
+}
+
+extern "C" int mu_cuda_test_qkv_post(const mu_cuda_test_qkv *t) {
+    Pool pool;
+    const int T = t->T, H = t->n_head, Hk = t->n_head_kv;
+    const int64_t stride = mu_cu_rec_bytes(1, 1, t->n_rot);
+    std::vector<uint8_t> host((size_t)(stride * T), 0);
+    for (int i = 0; i < T; i++) {
+        uint8_t *rec = host.data() + i * stride;
+        ((mu_cu_rec_hdr *)rec)->pos = i;
+        ((mu_cu_rec_layer *)(rec + sizeof(mu_cu_rec_hdr)))->slot = t->slots[i];
+        memcpy(rec + sizeof(mu_cu_rec_hdr) + sizeof(mu_cu_rec_layer), t->cs + (size_t)i * t->n_rot,
+               sizeof(float) * t->n_rot);
+    }
+    mu_cu_qkv_post a;
+    memset(&a, 0, sizeof a);
+    a.T = T;
+    a.layer = 0;
+    a.n_head = H;
+    a.n_head_kv = Hk;
+    a.head_dim = 128;
+    a.n_rot = t->n_rot;
+    a.neox = t->neox;
+    a.use_rope = t->use_rope;
+    a.q = pool.up(t->q, (size_t)T * H * 128);
+    a.k = pool.up(t->k, (size_t)T * Hk * 128);
+    a.v = pool.up(t->v, (size_t)T * Hk * 128);
+    a.q_stride = H * 128;
+    a.kv_stride = Hk * 128;
+    a.q_norm = t->q_norm ? pool.up(t->q_norm, 128) : nullptr;
+    a.k_norm = t->k_norm ? pool.up(t->k_norm, 128) : nullptr;
+    a.eps = t->eps;
+    a.qn = pool.get<float>((size_t)T * H * 128, 0xff);
+    const size_t pn = (size_t)t->capacity * Hk * 128;
+    RCK(planes_up(pool, nullptr, pn, t->kv_f32, &a.kc));
+    RCK(planes_up(pool, nullptr, pn, t->kv_f32, &a.vc));
+    a.kv_f32 = t->kv_f32;
+    a.recs = single_rec(pool, T, t->n_rot, host, stride);
+    TCK(mu_cu_qkv_post_launch(&a, 0));
+    TCK(cudaDeviceSynchronize());
+    RCK(down(t->qn, a.qn, (size_t)T * H * 128));
+    RCK(planes_down(a.kc, pn, t->kv_f32, t->kc));
+    RCK(planes_down(a.vc, pn, t->kv_f32, t->vc));
+    return 0;
+}
+
+extern "C" int mu_cuda_test_attention(const mu_cuda_test_attn *t) {
+    Pool pool;
+    const int T = t->T, H = t->n_head, Hk = t->n_head_kv;
+    const int64_t stride = mu_cu_rec_bytes(1, 1, 2);
+    std::vector<uint8_t> host((size_t)(stride * T), 0);
+    for (int i = 0; i < T; i++) {
+        mu_cu_rec_layer *l = (mu_cu_rec_layer *)(host.data() + i * stride + sizeof(mu_cu_rec_hdr));
+        l->n_visible = t->n_visible[i];
+        l->phys_first = t->phys_first[i];
+        l->route = t->route[i];
+    }
+    mu_cu_attn a;
+    memset(&a, 0, sizeof a);
+    a.T = T;
+    a.n_head = H;
+    a.n_head_kv = Hk;
+    a.head_dim = 128;
+    a.kv_f32 = t->kv_f32;
+    a.capacity = t->capacity;
+    const size_t pn = (size_t)t->capacity * Hk * 128;
+    RCK(planes_up(pool, t->kc, pn, t->kv_f32, &a.kc));
+    RCK(planes_up(pool, t->vc, pn, t->kv_f32, &a.vc));
+    a.q = pool.up(t->q, (size_t)T * H * 128);
+    a.scale_log2 = t->scale * 1.4426950408889634f;
+    a.split_cap = t->split_cap;
+    const size_t parts = (size_t)T * H * t->split_cap;
+    a.part_m = pool.get<float>(parts, 0xff);
+    a.part_l = pool.get<float>(parts, 0xff);
+    a.part_o = pool.get<float>(parts * 128, 0xff);
+    a.recs = single_rec(pool, T, 2, host, stride);
+    TCK(mu_cu_attention(&a, t->use_mma != 0, 0));
+    mu_cu_reduce r;
+    memset(&r, 0, sizeof r);
+    r.T = T;
+    r.n_head = H;
+    r.head_dim = 128;
+    r.split_cap = t->split_cap;
+    r.part_m = a.part_m;
+    r.part_l = a.part_l;
+    r.part_o = a.part_o;
+    r.gate = t->gate ? pool.up(t->gate, (size_t)T * H * 128) : nullptr;
+    r.gate_stride = H * 128;
+    r.out.x = pool.get<float>((size_t)T * H * 128, 0xff);
+    r.out.q = t->out_q ? pool.get<int8_t>((size_t)T * H * 128, 0x7f) : nullptr;
+    r.out.ds = t->out_q ? pool.get<float>((size_t)T * H * 16, 0xff) : nullptr;
+    r.out_stride = H * 128;
+    r.recs = a.recs;
+    TCK(mu_cu_attn_reduce(&r, 0));
+    TCK(cudaDeviceSynchronize());
+    RCK(down(t->out, r.out.x, (size_t)T * H * 128));
+    if (t->out_q) {
+        RCK(down(t->out_q, r.out.q, (size_t)T * H * 128));
+        RCK(down(t->out_ds, r.out.ds, (size_t)T * H * 16));
+    }
+    return 0;
+}

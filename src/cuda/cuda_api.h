@@ -1,0 +1,56 @@
+/* cuda_api.h — internal entry points of the CUDA backend beyond the backend
+ * boundary, for the benchmark and the tests (never for the CLI or server,
+ * which go through include/muser.h). Only in builds with MUSER_HAVE_CUDA. */
+#ifndef MU_CUDA_API_H
+#define MU_CUDA_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+/* 0 when a usable GPU is present; otherwise a status with the reason in
+ * muser_last_error(). */
+int mu_cuda_probe(void);
+
+/* One line: the device, its memory, and the backend's settings. */
+const char *mu_cuda_describe(const mu_backend *b);
+
+/* Decodes `token` at `pos` and chooses the next token on the device
+ * (greedy when temperature <= 0, else a softmax sample with that
+ * temperature, seeded); copies the logits only when `logits` is not NULL. */
+int mu_cuda_decode_select(mu_backend *b, muser_token token, int pos, float temperature, uint64_t seed,
+                          float *logits, muser_token *next);
+
+/* Benchmark support: makes every KV plane hold `depth` positions of random
+ * rows (rings wrapped as after a real prefill of that length), so decode
+ * can be timed at that depth without prefilling it. */
+int mu_cuda_set_synthetic_depth(mu_backend *b, int64_t depth, uint64_t seed);
+
+/* Device-to-device copy bandwidth of `bytes` per copy, counting bytes read
+ * plus bytes written (GB/s), the median of `reps` copies. */
+int mu_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps);
+
+/* Per-op-family profile of one decode step, launched op by op with events
+ * between families (no graph). */
+typedef struct mu_cuda_prof {
+    const char *family;
+    int launches;     /* per token */
+    double bytes;     /* bytes read from weights and KV per token */
+    double ms;        /* time per token */
+} mu_cuda_prof;
+#define MU_CUDA_PROF_MAX 12
+int mu_cuda_profile_decode(mu_backend *b, muser_token token, int pos, int reps, mu_cuda_prof *rows, int *n_rows);
+
+/* Kernel launches per decoded token (the design variable). */
+int mu_cuda_launches_per_token(const mu_backend *b);
+/* Weight bytes on the device that one decoded token streams. */
+uint64_t mu_cuda_weight_bytes(const mu_backend *b);
+
+/* Runtime switches (tests, benchmark A/B; -1 leaves one as it is): graph
+ * replay of the token step, programmatic dependent launch, the tensor-core
+ * attention path, and matvec blocks per SM (0: as many as fit). */
+void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma, int mv_occupancy);
+
+#endif

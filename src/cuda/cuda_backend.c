@@ -1,0 +1,1336 @@
+/* cuda_backend.c — the CUDA backend: weights resident on one GPU, the KV
+ * cache resident, the decode token step captured as one CUDA graph.
+ *
+ * Decode (one token), per layer (spec §0):
+ *   matvec {q,k,v,gate} over the normed input (one launch, one row space)
+ *   -> QK-norm + RoPE + KV append -> split-K attention -> merge + divide +
+ *   sigmoid gate (+ int8 blocks for Wo) -> matvec Wo whose last block runs
+ *   post-norm + residual + ffn pre-norm -> matvec gate/up with SwiGLU and
+ *   int8 blocks fused -> matvec down whose last block runs post-norm +
+ *   residual + the next pre-norm. Then the LM head with logit scale,
+ *   soft-cap and the device-side token choice. 7 launches per layer.
+ * Prefill (a chunk of T tokens): the same graph with cuBLAS GEMMs on
+ * dequantized f16 (fast lane) or f32 (exact lane) weights.
+ *
+ * The host keeps the KV ring bookkeeping (kv/) and the route decisions
+ * (engine/route.c); per token it uploads one record: token id, position,
+ * each layer's append slot and route, and the RoPE cos/sin tables.
+ */
+#ifdef MUSER_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpu/ops.h"
+#include "cuda/cu_shared.h"
+#include "cuda/cuda_api.h"
+#include "engine/engine.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+#define CU_CHECK(call)                                                                                          \
+    do {                                                                                                        \
+        cudaError_t e_ = (call);                                                                                \
+        if (e_ != cudaSuccess)                                                                                  \
+            return mu_fail(MUSER_EBACKEND, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+#define BLAS_CHECK(call)                                                                                   \
+    do {                                                                                                   \
+        cublasStatus_t s_ = (call);                                                                        \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                   \
+            return mu_fail(MUSER_EBACKEND, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_); \
+    } while (0)
+
+#define RC(call)              \
+    do {                      \
+        int rc_ = (call);     \
+        if (rc_) return rc_;  \
+    } while (0)
+
+#define STAGE_BYTES (64u << 20)
+#define SPLIT_CAP_MAX 128
+#define SPLIT_CAP_PREFILL 8
+
+typedef struct cu_layer {
+    mu_cu_weight wq, wk, wv, wgate, wo, ffn_gate, ffn_up, ffn_down;
+    float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
+    int base_index;
+} cu_layer;
+
+enum { PF_EMBED, PF_QKVG, PF_QKPOST, PF_ATTN, PF_REDUCE, PF_WO, PF_GATEUP, PF_DOWN, PF_HEAD, PF_COUNT };
+static const char *pf_names[PF_COUNT] = {"embed+norm", "qkv+gate matvec", "qk-norm+rope+kv", "attention split-K",
+                                         "attn reduce+gate", "wo+resnorm", "ffn gate/up+swiglu", "ffn down+resnorm",
+                                         "lm head+select"};
+
+typedef struct cuda_backend {
+    mu_backend base;
+    const mu_model *m;
+    mu_session_config cfg;
+    int device;
+    char desc[512];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    bool fast, kv_f32, use_mma, use_graph, use_pdl;
+    int mv_occupancy; /* matvec blocks per SM (0: as many as fit) */
+    int T_max, split_dec, split_pre;
+    int64_t E, Q, KVD, F, V;
+    /* weights */
+    void *wmem, *f16mem;
+    uint64_t wbytes, f16bytes, token_bytes;
+    mu_cu_weight tok_embd, output;
+    cu_layer *layers;
+    float *output_norm;
+    int n_bases;
+    float bases[8];
+    /* KV */
+    mu_kv_plane *planes;
+    void **kc, **vc;
+    size_t kv_elem;
+    /* step records */
+    int64_t rec_stride;
+    uint8_t *h_rec, *d_rec;
+    /* activations */
+    float *h, *ax, *q, *k, *v, *g, *qn, *o, *t, *ff, *fu;
+    int8_t *aq, *oq, *fq;
+    float *ads, *ods, *fds;
+    /* decode: the ffn input has its own buffers (the attention input's are
+     * rewritten by the down tail while the next layer's kernels launch) */
+    float *ax2, *ads2;
+    int8_t *aq2;
+    uint16_t *a16, *o16, *f16b;
+    float *part_m, *part_l, *part_o;
+    float *logits;          /* [V]: the decode step's (fixed: the graph holds it) */
+    float *logits_all;      /* [logit_rows][V]: prefill with all_logits        */
+    int64_t logit_rows;
+    unsigned long long *d_best, *h_best;
+    unsigned int *counters, *group_count;
+    float *h_logits;
+    void *wtmp;
+    size_t wtmp_bytes;
+    /* graph */
+    cudaGraphExec_t graph;
+    bool graph_ready, graph_broken;
+} cuda_backend;
+
+/* ---- small helpers ----------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    if (!e || !*e) return dflt;
+    return atoi(e);
+}
+
+static int dalloc(void **p, size_t bytes, const char *what) {
+    *p = NULL;
+    if (bytes == 0) return 0;
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return mu_fail(MUSER_EBACKEND, "cannot allocate %.2f GB of GPU memory for %s: %s", bytes / 1e9, what,
+                       cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+int mu_cuda_probe(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver)
+        return mu_fail(MUSER_EBACKEND,
+                       "no NVIDIA driver found, or it is older than this build's CUDA runtime %d.%d (update the driver)",
+                       CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) return mu_fail(MUSER_EBACKEND, "no CUDA GPU found");
+    if (e != cudaSuccess) return mu_fail(MUSER_EBACKEND, "CUDA is not usable: %s", cudaGetErrorString(e));
+    struct cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, 0);
+    if (e != cudaSuccess) return mu_fail(MUSER_EBACKEND, "cannot query GPU 0: %s", cudaGetErrorString(e));
+    if (prop.major < 9)
+        return mu_fail(MUSER_EBACKEND, "GPU 0 (%s) has compute capability %d.%d; this build needs 9.0 (Hopper) or newer",
+                       prop.name, prop.major, prop.minor);
+    return 0;
+}
+
+/* ---- weights: layout, upload, repack ---------------------------------------------------------- */
+
+static uint64_t align256(uint64_t x) { return (x + 255) & ~(uint64_t)255; }
+
+static uint64_t weight_dev_bytes(const mu_weight *w) {
+    mu_cu_layout l;
+    if (!w->data || !mu_cu_weight_layout(w->type, w->rows, w->cols, &l)) return 0;
+    return align256(l.qs) + align256(l.qh) + align256(l.meta) + align256(l.d);
+}
+
+/* Places a weight's streams at *cursor and advances it. */
+static void weight_place(const mu_weight *w, uint8_t **cursor, mu_cu_weight *out) {
+    memset(out, 0, sizeof *out);
+    if (!w->data) return;
+    mu_cu_layout l;
+    mu_cu_weight_layout(w->type, w->rows, w->cols, &l);
+    out->type = w->type;
+    out->rows = w->rows;
+    out->cols = w->cols;
+    uint8_t *c = *cursor;
+    out->qs = c, c += align256(l.qs);
+    out->qh = l.qh ? c : NULL, c += align256(l.qh);
+    out->meta = l.meta ? c : NULL, c += align256(l.meta);
+    out->d = l.d ? (const uint16_t *)c : NULL, c += align256(l.d);
+    out->bytes = l.qs + l.qh + l.meta + l.d;
+    out->units = mu_cu_units(w->type, w->cols);
+    *cursor = c;
+}
+
+typedef struct uploader {
+    cuda_backend *b;
+    int fd;
+    const uint8_t *file_base;
+    uint8_t *pin[2];
+    void *dstage[2];
+    cudaEvent_t ev[2];
+    int turn;
+    uint64_t done, total;
+    double t0, last;
+    bool show;
+} uploader;
+
+static void upload_progress(uploader *u, bool final) {
+    double now = now_s();
+    if (!u->show || (!final && now - u->last < 0.25)) return;
+    u->last = now;
+    fprintf(stderr, "\rcuda: uploading weights %6.2f / %.2f GB (%3.0f%%) %6.2f GB/s", u->done / 1e9, u->total / 1e9,
+            u->total ? 100.0 * u->done / u->total : 100.0, u->done / 1e9 / (now - u->t0 + 1e-9));
+    if (final) fputc('\n', stderr);
+}
+
+/* Reads bytes of the mapped file into a pinned buffer: pread when the file
+ * can be opened (no page faults on the mapping), else a memcpy. */
+static int read_host(uploader *u, const void *src, uint8_t *dst, size_t n) {
+    if (u->fd >= 0) {
+        off_t off = (off_t)((const uint8_t *)src - u->file_base);
+        size_t got = 0;
+        while (got < n) {
+            ssize_t r = pread(u->fd, dst + got, n - got, off + (off_t)got);
+            if (r <= 0) {
+                if (r < 0 && errno == EINTR) continue;
+                break;
+            }
+            got += (size_t)r;
+        }
+        if (got == n) return 0;
+    }
+    memcpy(dst, src, n);
+    return 0;
+}
+
+static int upload_one(uploader *u, const mu_weight *w, const mu_cu_weight *dw) {
+    if (!w->data) return 0;
+    const cudaStream_t s = u->b->stream;
+    const bool is_float = w->type == MU_TYPE_F32 || w->type == MU_TYPE_F16 || w->type == MU_TYPE_BF16;
+    int64_t rows_per = (int64_t)(STAGE_BYTES / w->row_bytes);
+    if (rows_per < 1) return mu_fail(MUSER_EUNSUPPORTED, "%s: a row of %llu bytes exceeds the upload stage", w->name,
+                                     (unsigned long long)w->row_bytes);
+    for (int64_t r0 = 0; r0 < w->rows; r0 += rows_per) {
+        const int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
+        const size_t bytes = (size_t)nr * w->row_bytes;
+        const int k = u->turn;
+        u->turn ^= 1;
+        CU_CHECK(cudaEventSynchronize(u->ev[k]));
+        RC(read_host(u, (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes, u->pin[k], bytes));
+        if (is_float) {
+            CU_CHECK(cudaMemcpyAsync((uint8_t *)dw->qs + (uint64_t)r0 * w->row_bytes, u->pin[k], bytes,
+                                     cudaMemcpyHostToDevice, s));
+        } else {
+            CU_CHECK(cudaMemcpyAsync(u->dstage[k], u->pin[k], bytes, cudaMemcpyHostToDevice, s));
+            CU_CHECK(mu_cu_repack(dw, u->dstage[k], r0, nr, s));
+        }
+        CU_CHECK(cudaEventRecord(u->ev[k], s));
+        u->done += bytes;
+        upload_progress(u, false);
+    }
+    return 0;
+}
+
+static int upload_norm(const float *src, int64_t n, float **dst) {
+    *dst = NULL;
+    if (!src) return 0;
+    RC(dalloc((void **)dst, (size_t)n * sizeof(float), "norm weights"));
+    CU_CHECK(cudaMemcpy(*dst, src, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+#define LAYER_MATS(L, X) X(wq) X(wk) X(wv) X(wgate) X(wo) X(ffn_gate) X(ffn_up) X(ffn_down)
+
+static int upload_weights(cuda_backend *b) {
+    const mu_model *m = b->m;
+    const mu_hparams *hp = &m->hp;
+    uint64_t total = weight_dev_bytes(&m->tok_embd) + weight_dev_bytes(&m->output);
+    uint64_t file_bytes = m->tok_embd.rows * m->tok_embd.row_bytes + m->output.rows * m->output.row_bytes;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+#define ADD(x) total += weight_dev_bytes(&L->x), file_bytes += L->x.data ? (uint64_t)L->x.rows * L->x.row_bytes : 0;
+        LAYER_MATS(L, ADD)
+#undef ADD
+    }
+    RC(dalloc(&b->wmem, total, "weights"));
+    b->wbytes = total;
+    uint8_t *cur = b->wmem;
+    weight_place(&m->tok_embd, &cur, &b->tok_embd);
+    weight_place(&m->output, &cur, &b->output);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        cu_layer *D = &b->layers[l];
+#define PLACE(x) weight_place(&L->x, &cur, &D->x);
+        LAYER_MATS(L, PLACE)
+#undef PLACE
+    }
+
+    uploader u;
+    memset(&u, 0, sizeof u);
+    u.b = b;
+    u.fd = open(m->file->path, O_RDONLY);
+    u.file_base = m->file->base;
+    u.total = file_bytes;
+    u.show = file_bytes >= (256u << 20) && !getenv("MUSER_QUIET");
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        if (cudaHostAlloc((void **)&u.pin[k], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
+            cudaMalloc(&u.dstage[k], STAGE_BYTES) != cudaSuccess || cudaEventCreate(&u.ev[k]) != cudaSuccess)
+            rc = mu_fail(MUSER_EBACKEND, "cannot allocate the upload staging buffers");
+    }
+    u.t0 = now_s();
+    if (!rc) rc = upload_one(&u, &m->tok_embd, &b->tok_embd);
+    if (!rc) rc = upload_one(&u, &m->output, &b->output);
+    for (int l = 0; l < hp->n_layer && !rc; l++) {
+        const mu_layer *L = &m->layers[l];
+        cu_layer *D = &b->layers[l];
+#define UP(x) if (!rc) rc = upload_one(&u, &L->x, &D->x);
+        LAYER_MATS(L, UP)
+#undef UP
+    }
+    if (!rc && cudaStreamSynchronize(b->stream) != cudaSuccess)
+        rc = mu_fail(MUSER_EBACKEND, "weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
+    double secs = now_s() - u.t0;
+    upload_progress(&u, true);
+    for (int k = 0; k < 2; k++) {
+        if (u.pin[k]) cudaFreeHost(u.pin[k]);
+        if (u.dstage[k]) cudaFree(u.dstage[k]);
+        if (u.ev[k]) cudaEventDestroy(u.ev[k]);
+    }
+    if (u.fd >= 0) close(u.fd);
+    if (rc) return rc;
+    mu_info("cuda: uploaded %.2f GB of weights in %.2f s (%.2f GB/s)", file_bytes / 1e9, secs,
+            file_bytes / 1e9 / (secs + 1e-9));
+
+    /* norms (f32, dequantized at load) */
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        cu_layer *D = &b->layers[l];
+        RC(upload_norm(L->attn_norm, hp->n_embd, &D->attn_norm));
+        RC(upload_norm(L->q_norm, hp->head_dim, &D->q_norm));
+        RC(upload_norm(L->k_norm, hp->head_dim, &D->k_norm));
+        RC(upload_norm(L->post_attn_norm, hp->n_embd, &D->post_attn_norm));
+        RC(upload_norm(L->ffn_norm, hp->n_embd, &D->ffn_norm));
+        RC(upload_norm(L->post_ffn_norm, hp->n_embd, &D->post_ffn_norm));
+    }
+    RC(upload_norm(m->output_norm, hp->n_embd, &b->output_norm));
+    return 0;
+}
+
+/* Dequantized f16 copies of every matrix for the fast lane's prefill GEMMs
+ * (when they fit): a chunk then pays for GEMMs only. */
+static uint64_t f16_bytes(const mu_cu_weight *w) { return w->qs ? align256((uint64_t)w->rows * w->cols * 2) : 0; }
+
+static int build_prefill_cache(cuda_backend *b) {
+    const mu_hparams *hp = &b->m->hp;
+    uint64_t total = f16_bytes(&b->output);
+    for (int l = 0; l < hp->n_layer; l++) {
+        cu_layer *D = &b->layers[l];
+#define ADD(x) total += f16_bytes(&D->x);
+        LAYER_MATS(D, ADD)
+#undef ADD
+    }
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    int want = env_int("MUSER_CUDA_PREFILL_CACHE", -1);
+    if (want == 0 || (want < 0 && (double)total > (double)free_b - 3e9)) return 0;
+    if (dalloc(&b->f16mem, total, "the prefill weight cache")) {
+        mu_clear_error();
+        return 0;
+    }
+    b->f16bytes = total;
+    uint8_t *cur = b->f16mem;
+    mu_cu_weight **all = malloc(sizeof(mu_cu_weight *) * (size_t)(1 + 8 * hp->n_layer));
+    if (!all) return mu_fail(MUSER_ENOMEM, "out of memory");
+    int n = 0;
+    all[n++] = &b->output;
+    for (int l = 0; l < hp->n_layer; l++) {
+        cu_layer *D = &b->layers[l];
+#define COLLECT(x) all[n++] = &D->x;
+        LAYER_MATS(D, COLLECT)
+#undef COLLECT
+    }
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < n && e == cudaSuccess; i++) {
+        mu_cu_weight *w = all[i];
+        if (!w->qs) continue;
+        w->f16 = (const uint16_t *)cur;
+        e = mu_cu_dequant(w, 0, w->rows, cur, true, b->stream);
+        cur += f16_bytes(w);
+    }
+    free(all);
+    CU_CHECK(e);
+    CU_CHECK(cudaStreamSynchronize(b->stream));
+    mu_info("cuda: prefill weight cache: %.2f GB of f16 weights", total / 1e9);
+    return 0;
+}
+
+/* ---- step records ---------------------------------------------------------------------- */
+
+static mu_cu_recs recs_of(const cuda_backend *b) {
+    mu_cu_recs r;
+    r.base = b->d_rec;
+    r.stride = b->rec_stride;
+    r.n_layer = b->m->hp.n_layer;
+    r.n_rot = b->m->hp.n_rot;
+    r.n_bases = b->n_bases;
+    return r;
+}
+
+/* Appends the T positions to every plane, decides every (token, layer)
+ * route and fills the host records. The planes are restored on failure. */
+static int fill_records(cuda_backend *b, const muser_token *tokens, int T, int pos0, float temperature, uint64_t seed) {
+    const mu_model *m = b->m;
+    const mu_hparams *hp = &m->hp;
+    const int L = hp->n_layer;
+    mu_kv_plane *backup = malloc(sizeof(mu_kv_plane) * (size_t)L);
+    if (!backup) return mu_fail(MUSER_ENOMEM, "out of memory");
+    memcpy(backup, b->planes, sizeof(mu_kv_plane) * (size_t)L);
+    int rc = 0;
+    for (int l = 0; l < L && !rc; l++) {
+        for (int t = 0; t < T; t++) {
+            int64_t slot = mu_kv_append(&b->planes[l]);
+            if (slot < 0) {
+                rc = mu_fail(MUSER_ECONTEXT, "layer %d: KV plane is full", l);
+                break;
+            }
+            mu_cu_rec_layer *rl = (mu_cu_rec_layer *)(b->h_rec + (int64_t)t * b->rec_stride + sizeof(mu_cu_rec_hdr)) + l;
+            rl->slot = (int32_t)slot;
+        }
+    }
+    for (int t = 0; t < T && !rc; t++) {
+        uint8_t *rec = b->h_rec + (int64_t)t * b->rec_stride;
+        mu_cu_rec_hdr *hdr = (mu_cu_rec_hdr *)rec;
+        const int64_t pos = (int64_t)pos0 + t;
+        hdr->token = tokens[t];
+        hdr->pos = (int32_t)pos;
+        hdr->temperature = temperature;
+        hdr->seed = (uint32_t)(seed ^ (seed >> 32));
+        mu_cu_rec_layer *rl = (mu_cu_rec_layer *)(rec + sizeof(mu_cu_rec_hdr));
+        for (int l = 0; l < L; l++) {
+            mu_route_decision d;
+            int64_t n_vis = mu_layer_visible(hp, &m->layers[l], pos);
+            if (!mu_attn_route_select(&b->planes[l], pos, n_vis, l, &d)) {
+                rc = mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%lld", l,
+                             (long long)(pos - n_vis + 1), (long long)pos);
+                break;
+            }
+            rl[l].n_visible = (int32_t)d.n_visible;
+            rl[l].phys_first = (int32_t)d.phys_first;
+            rl[l].route = d.route == MU_ROUTE_CONTIGUOUS ? MU_CU_ROUTE_CONTIGUOUS : MU_CU_ROUTE_ORIGIN;
+        }
+        float *cs = (float *)(rec + sizeof(mu_cu_rec_hdr) + (size_t)L * sizeof(mu_cu_rec_layer));
+        for (int i = 0; i < b->n_bases; i++)
+            mu_rope_table(hp, b->bases[i], m->rope_freq_factors, pos, cs + (size_t)i * hp->n_rot);
+    }
+    if (rc) memcpy(b->planes, backup, sizeof(mu_kv_plane) * (size_t)L);
+    free(backup);
+    return rc;
+}
+
+/* ---- the op sequence ------------------------------------------------------------------------ */
+
+static mu_cu_act act_of(const float *x, const int8_t *q, const float *ds) {
+    mu_cu_act a = {x, q, ds};
+    return a;
+}
+
+static mu_cu_resnorm resnorm_of(const cuda_backend *b, const float *branch, const float *w_post, const float *w_next,
+                                bool f16) {
+    const mu_hparams *hp = &b->m->hp;
+    mu_cu_resnorm rn;
+    memset(&rn, 0, sizeof rn);
+    rn.branch = branch;
+    rn.w_post = w_post;
+    rn.eps_post = hp->post_norm_eps;
+    rn.h = b->h;
+    rn.w_next = w_next;
+    rn.eps_next = hp->rms_eps;
+    rn.n = (int)b->E;
+    rn.stride = b->E;
+    rn.out.x = b->ax;
+    rn.out.q = b->fast ? b->aq : NULL;
+    rn.out.ds = b->fast ? b->ads : NULL;
+    rn.out.h = f16 ? b->a16 : NULL;
+    return rn;
+}
+
+typedef struct prof_state {
+    bool on;
+    cudaEvent_t ev[2 + 8 * 4096];
+    int fam[2 + 8 * 4096];
+    int n;
+} prof_state;
+
+static int prof_mark(cuda_backend *b, prof_state *p, int family) {
+    if (!p || !p->on) return 0;
+    if (p->n >= (int)(sizeof p->ev / sizeof p->ev[0])) return 0;
+    CU_CHECK(cudaEventRecord(p->ev[p->n], b->stream));
+    p->fam[p->n++] = family;
+    return 0;
+}
+
+static mu_cu_qkv_post qkv_post_of(const cuda_backend *b, int l, int T) {
+    const mu_hparams *hp = &b->m->hp;
+    const mu_layer *L = &b->m->layers[l];
+    const cu_layer *D = &b->layers[l];
+    mu_cu_qkv_post a;
+    memset(&a, 0, sizeof a);
+    a.T = T;
+    a.layer = l;
+    a.n_head = hp->n_head;
+    a.n_head_kv = hp->n_head_kv;
+    a.head_dim = hp->head_dim;
+    a.n_rot = hp->n_rot;
+    a.neox = hp->rope_type == MU_ROPE_NEOX;
+    a.use_rope = L->use_rope;
+    a.base_index = D->base_index;
+    a.q = b->q;
+    a.k = b->k;
+    a.v = b->v;
+    a.q_stride = b->Q;
+    a.kv_stride = b->KVD;
+    a.q_norm = D->q_norm;
+    a.k_norm = D->k_norm;
+    a.eps = hp->rms_eps;
+    a.qn = b->qn;
+    a.kc = b->kc[l];
+    a.vc = b->vc[l];
+    a.kv_f32 = b->kv_f32;
+    a.recs = recs_of(b);
+    return a;
+}
+
+static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out) {
+    const mu_hparams *hp = &b->m->hp;
+    const int cap = T == 1 ? b->split_dec : b->split_pre;
+    mu_cu_attn a;
+    memset(&a, 0, sizeof a);
+    a.T = T;
+    a.layer = l;
+    a.n_head = hp->n_head;
+    a.n_head_kv = hp->n_head_kv;
+    a.head_dim = hp->head_dim;
+    a.kv_f32 = b->kv_f32;
+    a.capacity = b->planes[l].capacity;
+    a.kc = b->kc[l];
+    a.vc = b->vc[l];
+    a.q = b->qn;
+    a.scale_log2 = hp->attn_scale * 1.4426950408889634f;
+    a.split_cap = cap;
+    a.part_m = b->part_m;
+    a.part_l = b->part_l;
+    a.part_o = b->part_o;
+    a.recs = recs_of(b);
+    RC(prof_mark(b, p, PF_ATTN));
+    CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
+
+    mu_cu_reduce r;
+    memset(&r, 0, sizeof r);
+    r.T = T;
+    r.n_head = hp->n_head;
+    r.head_dim = hp->head_dim;
+    r.split_cap = cap;
+    r.layer = l;
+    r.part_m = b->part_m;
+    r.part_l = b->part_l;
+    r.part_o = b->part_o;
+    r.gate = b->layers[l].wgate.qs ? b->g : NULL;
+    r.gate_stride = b->Q;
+    r.out.x = b->o;
+    r.out.q = (T == 1 && b->fast) ? b->oq : NULL;
+    r.out.ds = (T == 1 && b->fast) ? b->ods : NULL;
+    r.out.h = f16_out ? b->o16 : NULL;
+    r.out_stride = b->Q;
+    r.recs = recs_of(b);
+    RC(prof_mark(b, p, PF_REDUCE));
+    CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
+    return 0;
+}
+
+static void mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act) {
+    memset(a, 0, sizeof *a);
+    a->lane = b->fast ? MU_CU_LANE_FAST : MU_CU_LANE_EXACT;
+    a->epi = epi;
+    a->act = act;
+}
+
+static void mv_seg(mu_cu_mv *a, const mu_cu_weight *w, float *y) {
+    if (!w->qs) return;
+    a->seg[a->nseg].w = *w;
+    a->seg[a->nseg].y = y;
+    a->nseg++;
+}
+
+/* The LM head over one normed row (index row of ax/aq), choosing a token. */
+static int run_head_matvec(cuda_backend *b, int row, prof_state *p) {
+    const mu_hparams *hp = &b->m->hp;
+    const int64_t off = (int64_t)row * b->E;
+    mu_cu_mv a;
+    mv_init(&a, b, MU_CU_EPI_LOGITS,
+            act_of(b->ax + off, b->fast ? b->aq + off : NULL, b->fast ? b->ads + off / 16 * 2 : NULL));
+    mv_seg(&a, &b->output, b->logits);
+    a.logit_scale = hp->logit_scale;
+    a.softcap = hp->softcap;
+    a.best = b->d_best;
+    a.hdr = (const mu_cu_rec_hdr *)(b->d_rec + (int64_t)row * b->rec_stride);
+    RC(prof_mark(b, p, PF_HEAD));
+    CU_CHECK(mu_cu_matvec(&a, b->stream));
+    return 0;
+}
+
+/* Enqueues one decode step (T = 1) on the stream. */
+static int enqueue_decode(cuda_backend *b, prof_state *p) {
+    const mu_hparams *hp = &b->m->hp;
+    const cudaStream_t s = b->stream;
+    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride, cudaMemcpyHostToDevice, s));
+    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, false);
+    rn.embd_norm = hp->embd_norm;
+    RC(prof_mark(b, p, PF_EMBED));
+    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), 1, rn, b->d_best, s));
+    const mu_cu_act in_a = act_of(b->ax, b->fast ? b->aq : NULL, b->fast ? b->ads : NULL);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *D = &b->layers[l];
+        mu_cu_mv a;
+        mv_init(&a, b, MU_CU_EPI_STORE, in_a);
+        mv_seg(&a, &D->wq, b->q);
+        mv_seg(&a, &D->wk, b->k);
+        mv_seg(&a, &D->wv, b->v);
+        mv_seg(&a, &D->wgate, b->g);
+        RC(prof_mark(b, p, PF_QKVG));
+        CU_CHECK(mu_cu_matvec(&a, s));
+
+        mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
+        RC(prof_mark(b, p, PF_QKPOST));
+        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+        RC(run_attention(b, l, 1, p, false));
+
+        mv_init(&a, b, MU_CU_EPI_RESNORM, act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
+        mv_seg(&a, &D->wo, b->t);
+        a.rn = resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, false);
+        a.rn.out.x = b->ax2;
+        a.rn.out.q = b->fast ? b->aq2 : NULL;
+        a.rn.out.ds = b->fast ? b->ads2 : NULL;
+        a.counter = b->counters + 2 * l;
+        RC(prof_mark(b, p, PF_WO));
+        CU_CHECK(mu_cu_matvec(&a, s));
+
+        mv_init(&a, b, MU_CU_EPI_GATEUP, act_of(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
+        mv_seg(&a, &D->ffn_gate, b->ff);
+        mv_seg(&a, &D->ffn_up, b->fu);
+        a.gu.x = b->ff;
+        a.gu.q = b->fast ? b->fq : NULL;
+        a.gu.ds = b->fast ? b->fds : NULL;
+        a.group_count = b->group_count;
+        RC(prof_mark(b, p, PF_GATEUP));
+        CU_CHECK(mu_cu_matvec(&a, s));
+
+        mv_init(&a, b, MU_CU_EPI_RESNORM, act_of(b->ff, b->fast ? b->fq : NULL, b->fast ? b->fds : NULL));
+        mv_seg(&a, &D->ffn_down, b->t);
+        const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
+        a.rn = resnorm_of(b, b->t, D->post_ffn_norm, next, false);
+        a.counter = b->counters + 2 * l + 1;
+        RC(prof_mark(b, p, PF_DOWN));
+        CU_CHECK(mu_cu_matvec(&a, s));
+    }
+    RC(run_head_matvec(b, 0, p));
+    RC(prof_mark(b, p, PF_COUNT));
+    CU_CHECK(cudaMemcpyAsync(b->h_best, b->d_best, sizeof(unsigned long long), cudaMemcpyDeviceToHost, s));
+    return 0;
+}
+
+int mu_cuda_launches_per_token(const mu_backend *base) {
+    const cuda_backend *b = (const cuda_backend *)base;
+    return 1 + 7 * b->m->hp.n_layer + 1;
+}
+
+uint64_t mu_cuda_weight_bytes(const mu_backend *base) {
+    const cuda_backend *b = (const cuda_backend *)base;
+    return b->token_bytes;
+}
+
+/* Runs the decode step: the captured graph when possible, else op by op. */
+static int run_decode(cuda_backend *b) {
+    if (b->use_graph && !b->graph_broken) {
+        if (!b->graph_ready) {
+            cudaGraph_t graph = NULL;
+            int rc = 0;
+            CU_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+            rc = enqueue_decode(b, NULL);
+            cudaError_t e = cudaStreamEndCapture(b->stream, &graph);
+            if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&b->graph, graph, 0);
+            if (graph) cudaGraphDestroy(graph);
+            if (rc || e != cudaSuccess) {
+                mu_warn("cuda: capturing the token step as a graph failed (%s); launching op by op",
+                        rc ? muser_last_error() : cudaGetErrorString(e));
+                (void)cudaGetLastError();
+                b->graph_broken = true;
+            } else {
+                b->graph_ready = true;
+            }
+        }
+        if (b->graph_ready) {
+            CU_CHECK(cudaGraphLaunch(b->graph, b->stream));
+            return 0;
+        }
+    }
+    return enqueue_decode(b, NULL);
+}
+
+/* ---- prefill ----------------------------------------------------------------------------- */
+
+/* Y[T][ldy] (columns r0 .. r0+nrows) = A[T][cols] . W[r0 .. r0+nrows)^T */
+static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrows, const void *A, float *Y, int64_t ldy,
+                int T) {
+    const float one = 1.0f, zero = 0.0f;
+    const int64_t cols = w->cols;
+    if (b->fast) {
+        const void *W;
+        if (w->f16) {
+            W = w->f16 + r0 * cols;
+        } else {
+            CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, true, b->stream));
+            W = b->wtmp;
+        }
+        BLAS_CHECK(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, W, CUDA_R_16F,
+                                (int)cols, A, CUDA_R_16F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+    } else {
+        CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, false, b->stream));
+        BLAS_CHECK(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, b->wtmp, CUDA_R_32F,
+                                (int)cols, A, CUDA_R_32F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy,
+                                CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    }
+    return 0;
+}
+
+/* A whole matrix, in row tiles that fit the dequantization buffer. */
+static int gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
+    if (!w->qs) return 0;
+    const size_t elem = b->fast ? 2 : 4;
+    int64_t tile = (b->fast && w->f16) ? w->rows : (int64_t)(b->wtmp_bytes / ((size_t)w->cols * elem));
+    if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");
+    for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
+        int64_t n = w->rows - r0 < tile ? w->rows - r0 : tile;
+        RC(gemm(b, w, r0, n, A, Y + r0, ldy, T));
+    }
+    return 0;
+}
+
+static int run_prefill(cuda_backend *b, int T, bool all_logits) {
+    const mu_hparams *hp = &b->m->hp;
+    const cudaStream_t s = b->stream;
+    const bool f = b->fast;
+    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
+    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
+    rn.embd_norm = hp->embd_norm;
+    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
+    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *D = &b->layers[l];
+        RC(gemm_all(b, &D->wq, A, b->q, b->Q, T));
+        RC(gemm_all(b, &D->wk, A, b->k, b->KVD, T));
+        RC(gemm_all(b, &D->wv, A, b->v, b->KVD, T));
+        RC(gemm_all(b, &D->wgate, A, b->g, b->Q, T));
+        mu_cu_qkv_post qp = qkv_post_of(b, l, T);
+        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+        RC(run_attention(b, l, T, NULL, f));
+        RC(gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, s));
+        RC(gemm_all(b, &D->ffn_gate, A, b->ff, b->F, T));
+        RC(gemm_all(b, &D->ffn_up, A, b->fu, b->F, T));
+        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, s));
+        RC(gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
+        const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
+    }
+    if (all_logits) {
+        if (b->logit_rows < T) {
+            if (b->logits_all) cudaFree(b->logits_all);
+            b->logits_all = NULL;
+            b->logit_rows = 0;
+            RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
+            b->logit_rows = T;
+        }
+        RC(gemm_all(b, &b->output, A, b->logits_all, b->V, T));
+        CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
+    } else {
+        RC(run_head_matvec(b, T - 1, NULL));
+    }
+    return 0;
+}
+
+/* ---- the backend interface ------------------------------------------------------------------ */
+
+static int copy_logits(cuda_backend *b, const float *src, int rows, float *dst) {
+    const size_t bytes = (size_t)b->V * sizeof(float);
+    for (int r = 0; r < rows; r++) {
+        CU_CHECK(cudaMemcpyAsync(b->h_logits, src + (size_t)r * b->V, bytes, cudaMemcpyDeviceToHost, b->stream));
+        CU_CHECK(cudaStreamSynchronize(b->stream));
+        memcpy(dst + (size_t)r * b->V, b->h_logits, bytes);
+    }
+    return 0;
+}
+
+static int sync_checked(cuda_backend *b) {
+    cudaError_t e = cudaStreamSynchronize(b->stream);
+    if (e != cudaSuccess) return mu_fail(MUSER_EBACKEND, "CUDA step failed: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, b->T_max);
+    RC(fill_records(b, tokens, T, pos0, 0.0f, 0));
+    if (T == 1) {
+        RC(run_decode(b));
+        RC(sync_checked(b));
+        return copy_logits(b, b->logits, 1, logits);
+    }
+    RC(run_prefill(b, T, all_logits));
+    RC(sync_checked(b));
+    return all_logits ? copy_logits(b, b->logits_all, T, logits) : copy_logits(b, b->logits, 1, logits);
+}
+
+int mu_cuda_decode_select(mu_backend *base, muser_token token, int pos, float temperature, uint64_t seed,
+                          float *logits, muser_token *next) {
+    cuda_backend *b = (cuda_backend *)base;
+    RC(fill_records(b, &token, 1, pos, temperature, seed));
+    RC(run_decode(b));
+    RC(sync_checked(b));
+    const unsigned long long best = *b->h_best;
+    *next = (muser_token)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFull));
+    if (logits) RC(copy_logits(b, b->logits, 1, logits));
+    return 0;
+}
+
+static int cuda_select(mu_backend *base, muser_token token, int pos, float temperature, uint64_t seed,
+                       float *logits, muser_token *next) {
+    return mu_cuda_decode_select(base, token, pos, temperature, seed, logits, next);
+}
+
+static int cuda_truncate(mu_backend *base, int pos) {
+    cuda_backend *b = (cuda_backend *)base;
+    const mu_hparams *hp = &b->m->hp;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_kv_plane *p = &b->planes[l];
+        int64_t need = pos > 0 ? pos - (mu_layer_visible(hp, &b->m->layers[l], pos) - 1) : 0;
+        if (pos > 0 && p->origin_logical > need)
+            return mu_fail(MUSER_EUNSUPPORTED,
+                           "cannot rewind to position %d: layer %d's sliding ring no longer holds position %lld", pos,
+                           l, (long long)need);
+    }
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (pos == 0) mu_kv_plane_reset(&b->planes[l]);
+        else mu_kv_truncate(&b->planes[l], pos);
+    }
+    return 0;
+}
+
+static void cuda_reset(mu_backend *base) {
+    cuda_backend *b = (cuda_backend *)base;
+    for (int l = 0; l < b->m->hp.n_layer; l++) mu_kv_plane_reset(&b->planes[l]);
+}
+
+static void cuda_free(mu_backend *base) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (!b) return;
+    if (b->stream) cudaStreamSynchronize(b->stream);
+    if (b->graph) cudaGraphExecDestroy(b->graph);
+    if (b->layers) {
+        for (int l = 0; l < b->m->hp.n_layer; l++) {
+            cu_layer *D = &b->layers[l];
+            cudaFree(D->attn_norm);
+            cudaFree(D->q_norm);
+            cudaFree(D->k_norm);
+            cudaFree(D->post_attn_norm);
+            cudaFree(D->ffn_norm);
+            cudaFree(D->post_ffn_norm);
+        }
+    }
+    if (b->kc)
+        for (int l = 0; l < b->m->hp.n_layer; l++) {
+            cudaFree(b->kc[l]);
+            cudaFree(b->vc[l]);
+        }
+    void *dev[] = {b->wmem, b->f16mem, b->output_norm, b->d_rec, b->h, b->ax, b->q, b->k, b->v, b->g, b->qn, b->o,
+                   b->t, b->ff, b->fu, b->aq, b->oq, b->fq, b->ads, b->ods, b->fds, b->a16, b->o16, b->f16b,
+                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->wtmp, b->ax2, b->aq2, b->ads2};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) cudaFree(dev[i]);
+    if (b->h_rec) cudaFreeHost(b->h_rec);
+    if (b->h_best) cudaFreeHost(b->h_best);
+    if (b->h_logits) cudaFreeHost(b->h_logits);
+    if (b->blas) cublasDestroy(b->blas);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    free(b->layers);
+    free(b->planes);
+    free(b->kc);
+    free(b->vc);
+    free(b);
+}
+
+/* ---- ring checkpoints (prompt caching) -----------------------------------------------------
+ * As the CPU's: a blob with every plane's bookkeeping and each sliding
+ * ring's K and V rows, copied from the device; growing planes are not
+ * copied (they still hold the prefix) and are cut back on restore. */
+typedef struct ckpt_header {
+    uint32_t magic, n_layer;
+    uint64_t row_bytes;
+} ckpt_header;
+#define CKPT_MAGIC 0x4b50434du
+
+static int cuda_checkpoint_save(mu_backend *base, void **out, size_t *size) {
+    cuda_backend *b = (cuda_backend *)base;
+    const int L = b->m->hp.n_layer;
+    const size_t row = (size_t)b->KVD * b->kv_elem;
+    size_t total = sizeof(ckpt_header);
+    for (int l = 0; l < L; l++) {
+        total += sizeof(mu_kv_plane);
+        if (b->planes[l].ring) total += 2 * (size_t)b->planes[l].capacity * row;
+    }
+    uint8_t *blob = malloc(total), *p = blob;
+    if (!blob) return mu_fail(MUSER_ENOMEM, "out of memory for a KV checkpoint (%zu bytes)", total);
+    ckpt_header h = {CKPT_MAGIC, (uint32_t)L, row};
+    memcpy(p, &h, sizeof h), p += sizeof h;
+    for (int l = 0; l < L; l++) {
+        memcpy(p, &b->planes[l], sizeof(mu_kv_plane)), p += sizeof(mu_kv_plane);
+        if (!b->planes[l].ring) continue;
+        const size_t n = (size_t)b->planes[l].capacity * row;
+        if (cudaMemcpy(p, b->kc[l], n, cudaMemcpyDeviceToHost) != cudaSuccess ||
+            cudaMemcpy(p + n, b->vc[l], n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            free(blob);
+            return mu_fail(MUSER_EBACKEND, "KV checkpoint: %s", cudaGetErrorString(cudaGetLastError()));
+        }
+        p += 2 * n;
+    }
+    *out = blob;
+    *size = total;
+    return 0;
+}
+
+static int cuda_checkpoint_restore(mu_backend *base, const void *blob, size_t size, int pos) {
+    cuda_backend *b = (cuda_backend *)base;
+    const int L = b->m->hp.n_layer;
+    const size_t row = (size_t)b->KVD * b->kv_elem;
+    ckpt_header h;
+    if (size < sizeof h) return mu_fail(MUSER_EINVAL, "bad KV checkpoint");
+    memcpy(&h, blob, sizeof h);
+    if (h.magic != CKPT_MAGIC || h.n_layer != (uint32_t)L || h.row_bytes != row)
+        return mu_fail(MUSER_EINVAL, "KV checkpoint does not belong to this session");
+    for (int l = 0; l < L; l++) {
+        const mu_kv_plane *g = &b->planes[l];
+        if (!g->ring && g->origin_logical + g->len < pos)
+            return mu_fail(MUSER_EINVAL, "KV checkpoint at %d: layer %d holds only %lld positions", pos, l,
+                           (long long)(g->origin_logical + g->len));
+    }
+    const uint8_t *p = (const uint8_t *)blob + sizeof h;
+    for (int l = 0; l < L; l++) {
+        mu_kv_plane saved;
+        memcpy(&saved, p, sizeof saved), p += sizeof saved;
+        if (!saved.ring) {
+            mu_kv_truncate(&b->planes[l], pos);
+            continue;
+        }
+        const size_t n = (size_t)saved.capacity * row;
+        CU_CHECK(cudaMemcpy(b->kc[l], p, n, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpy(b->vc[l], p + n, n, cudaMemcpyHostToDevice));
+        p += 2 * n;
+        b->planes[l] = saved;
+    }
+    return 0;
+}
+
+static const mu_backend_ops cuda_ops = {
+    .name = "cuda",
+    .forward = cuda_forward,
+    .truncate = cuda_truncate,
+    .reset = cuda_reset,
+    .free = cuda_free,
+    .checkpoint_save = cuda_checkpoint_save,
+    .checkpoint_restore = cuda_checkpoint_restore,
+};
+
+/* What the backend cannot run, as a message; NULL when it can. */
+static int check_model(const mu_model *m) {
+    const mu_hparams *hp = &m->hp;
+    if (hp->head_dim != 128)
+        return mu_fail(MUSER_EUNSUPPORTED, "the CUDA backend supports head_dim 128 (this model: %d)", hp->head_dim);
+    if (hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > 16)
+        return mu_fail(MUSER_EUNSUPPORTED, "the CUDA backend supports up to 16 query heads per KV head (%d / %d)",
+                       hp->n_head, hp->n_head_kv);
+    if (hp->n_embd % 32 || hp->n_ff % 32 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return mu_fail(MUSER_EUNSUPPORTED, "the CUDA backend needs n_embd and n_ff multiples of 32");
+    const mu_weight *all[2] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++) {
+        mu_cu_layout lay;
+        if (!mu_cu_weight_layout(all[i]->type, all[i]->rows, all[i]->cols, &lay))
+            return mu_fail(MUSER_EUNSUPPORTED, "%s: type %s is not supported by the CUDA backend", all[i]->name,
+                           mu_type_name(all[i]->type));
+    }
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        const mu_weight *ws[8] = {&L->wq, &L->wk, &L->wv, &L->wgate, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (int i = 0; i < 8; i++) {
+            mu_cu_layout lay;
+            if (ws[i]->data && !mu_cu_weight_layout(ws[i]->type, ws[i]->rows, ws[i]->cols, &lay))
+                return mu_fail(MUSER_EUNSUPPORTED, "%s: type %s is not supported by the CUDA backend", ws[i]->name,
+                               mu_type_name(ws[i]->type));
+        }
+    }
+    return 0;
+}
+
+int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
+    *out = NULL;
+    RC(mu_cuda_probe());
+    RC(check_model(m));
+    const mu_hparams *hp = &m->hp;
+    cuda_backend *b = calloc(1, sizeof *b);
+    if (!b) return mu_fail(MUSER_ENOMEM, "out of memory");
+    b->base.ops = &cuda_ops;
+    b->base.decode_select = cuda_select;
+    b->m = m;
+    b->cfg = *cfg;
+    b->fast = cfg->lane == MUSER_LANE_FAST;
+    b->kv_f32 = cfg->kv_type == MUSER_KV_F32 || env_int("MUSER_KV_F32", 0) != 0;
+    b->use_mma = env_int("MUSER_CUDA_MMA", 1) != 0;
+    b->use_graph = env_int("MUSER_CUDA_GRAPH", 1) != 0;
+    b->use_pdl = env_int("MUSER_CUDA_PDL", 1) != 0;
+    mu_cu_set_pdl(b->use_pdl);
+    b->mv_occupancy = env_int("MUSER_CUDA_MV_OCCUPANCY", 0);
+    mu_cu_set_matvec_occupancy(b->mv_occupancy);
+    b->T_max = cfg->n_batch;
+    b->E = hp->n_embd;
+    b->Q = (int64_t)hp->n_head * hp->head_dim;
+    b->KVD = (int64_t)hp->n_head_kv * hp->head_dim;
+    b->F = hp->n_ff;
+    b->V = hp->n_vocab;
+    b->token_bytes = m->weight_bytes_per_token;
+    int rc = 0;
+#define TRY(x)               \
+    do {                     \
+        if (!rc) rc = (x);   \
+    } while (0)
+    if (cfg->gpus > 1) mu_warn("cuda: %d GPUs asked for; this backend uses one", cfg->gpus);
+    TRY(cudaSetDevice(0) == cudaSuccess ? 0 : mu_fail(MUSER_EBACKEND, "cannot select GPU 0"));
+    struct cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    TRY(cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? 0 : mu_fail(MUSER_EBACKEND, "cannot query GPU 0"));
+    TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking) == cudaSuccess
+            ? 0 : mu_fail(MUSER_EBACKEND, "cannot create a CUDA stream"));
+    TRY(cublasCreate(&b->blas) == CUBLAS_STATUS_SUCCESS ? 0 : mu_fail(MUSER_EBACKEND, "cannot initialize cuBLAS"));
+    if (!rc) cublasSetStream(b->blas, b->stream);
+
+    /* memory check before any large allocation */
+    b->kv_elem = b->kv_f32 ? 4 : 2;
+    uint64_t kv_bytes = 0, wdev = weight_dev_bytes(&m->tok_embd) + weight_dev_bytes(&m->output);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        bool ring = L->is_swa && hp->n_swa > 0 && (int64_t)hp->n_swa + cfg->n_batch - 1 < cfg->n_ctx;
+        int64_t cap = ring ? (int64_t)hp->n_swa + cfg->n_batch - 1 : cfg->n_ctx;
+        kv_bytes += 2ull * (uint64_t)cap * (uint64_t)b->KVD * b->kv_elem;
+#define ADD(x) wdev += weight_dev_bytes(&L->x);
+        LAYER_MATS(L, ADD)
+#undef ADD
+    }
+    const uint64_t T = (uint64_t)b->T_max;
+    int64_t widest = b->E > b->Q ? b->E : b->Q;
+    if (b->F > widest) widest = b->F;
+    b->split_dec = (int)((cfg->n_ctx + 127) / 128);
+    if (b->split_dec > SPLIT_CAP_MAX) b->split_dec = SPLIT_CAP_MAX;
+    if (b->split_dec < 1) b->split_dec = 1;
+    b->split_pre = b->split_dec < SPLIT_CAP_PREFILL ? b->split_dec : SPLIT_CAP_PREFILL;
+    int64_t parts = (int64_t)hp->n_head * b->split_dec;
+    if ((int64_t)T * hp->n_head * b->split_pre > parts) parts = (int64_t)T * hp->n_head * b->split_pre;
+    uint64_t max_elems = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+#define MAXE(x) if (L->x.data && (uint64_t)(L->x.rows * L->x.cols) > max_elems) max_elems = (uint64_t)(L->x.rows * L->x.cols);
+        LAYER_MATS(L, MAXE)
+#undef MAXE
+    }
+    b->wtmp_bytes = (size_t)(b->fast ? 2 : 4) * (size_t)max_elems;
+    if (b->wtmp_bytes < (64u << 20)) b->wtmp_bytes = 64u << 20;
+    (void)widest;
+    const uint64_t act_bytes = T * 4 * (uint64_t)(3 * b->E + 4 * b->Q + 2 * b->KVD + 2 * b->F) +
+                               T * 2 * (uint64_t)(b->E + b->Q + b->F) + T * (uint64_t)b->E * 2 +
+                               (uint64_t)parts * (2 + 128) * 4 + (uint64_t)b->V * 4 + b->wtmp_bytes;
+    size_t free_b = 0, total_b = 0;
+    if (!rc && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) rc = mu_fail(MUSER_EBACKEND, "cannot query GPU memory");
+    const uint64_t need = wdev + kv_bytes + act_bytes + (256u << 20);
+    if (!rc && need > free_b)
+        rc = mu_fail(MUSER_EBACKEND,
+                     "too little GPU memory: the model needs %.2f GB (weights %.2f, KV %.2f, buffers %.2f), GPU 0 (%s) "
+                     "has %.2f GB free",
+                     need / 1e9, wdev / 1e9, kv_bytes / 1e9, act_bytes / 1e9, prop.name, free_b / 1e9);
+
+    b->layers = calloc((size_t)hp->n_layer, sizeof(cu_layer));
+    b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
+    b->kc = calloc((size_t)hp->n_layer, sizeof(void *));
+    b->vc = calloc((size_t)hp->n_layer, sizeof(void *));
+    if (!rc && (!b->layers || !b->planes || !b->kc || !b->vc)) rc = mu_fail(MUSER_ENOMEM, "out of memory");
+
+    /* RoPE bases: one cos/sin table per distinct base */
+    for (int l = 0; l < hp->n_layer && !rc; l++) {
+        const mu_layer *L = &m->layers[l];
+        if (!L->use_rope) continue;
+        int i = 0;
+        while (i < b->n_bases && b->bases[i] != L->rope_base) i++;
+        if (i == b->n_bases) {
+            if (b->n_bases == 8) {
+                rc = mu_fail(MUSER_EUNSUPPORTED, "more than 8 distinct RoPE bases");
+                break;
+            }
+            b->bases[b->n_bases++] = L->rope_base;
+        }
+        b->layers[l].base_index = i;
+    }
+
+    TRY(upload_weights(b));
+
+    /* KV planes: as the CPU (rings of window + chunk - 1 rows, growing planes of n_ctx) */
+    for (int l = 0; l < hp->n_layer && !rc; l++) {
+        const mu_layer *L = &m->layers[l];
+        bool ring = L->is_swa && hp->n_swa > 0 && (int64_t)hp->n_swa + cfg->n_batch - 1 < cfg->n_ctx;
+        int64_t cap = ring ? (int64_t)hp->n_swa + cfg->n_batch - 1 : cfg->n_ctx;
+        mu_kv_plane_init(&b->planes[l], ring, cap);
+        size_t bytes = (size_t)cap * (size_t)b->KVD * b->kv_elem;
+        TRY(dalloc(&b->kc[l], bytes, "the KV cache"));
+        TRY(dalloc(&b->vc[l], bytes, "the KV cache"));
+        if (!rc) {
+            cudaMemsetAsync(b->kc[l], 0, bytes, b->stream);
+            cudaMemsetAsync(b->vc[l], 0, bytes, b->stream);
+        }
+    }
+
+    /* step records and activations */
+    b->rec_stride = mu_cu_rec_bytes(hp->n_layer, b->n_bases > 0 ? b->n_bases : 1, hp->n_rot);
+    if (!rc && cudaHostAlloc((void **)&b->h_rec, (size_t)b->rec_stride * T, cudaHostAllocDefault) != cudaSuccess)
+        rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
+    if (!rc) memset(b->h_rec, 0, (size_t)b->rec_stride * T);
+    TRY(dalloc((void **)&b->d_rec, (size_t)b->rec_stride * T, "step records"));
+#define DA(ptr, n, sz) TRY(dalloc((void **)&b->ptr, (size_t)(n) * (sz), "activations"))
+    DA(h, T * b->E, 4);
+    DA(ax, T * b->E, 4);
+    DA(t, (T > 8 ? T : 8) * b->E, 4); /* decode: up to 8 partial sums of the split ffn down */
+    DA(q, T * b->Q, 4);
+    DA(g, T * b->Q, 4);
+    DA(qn, T * b->Q, 4);
+    DA(o, T * b->Q, 4);
+    DA(k, T * b->KVD, 4);
+    DA(v, T * b->KVD, 4);
+    DA(ff, T * b->F, 4);
+    DA(fu, T * b->F, 4);
+    DA(aq, T * b->E, 1);
+    DA(ads, T * b->E / 8, 4);
+    DA(ax2, b->E, 4);
+    DA(aq2, b->E, 1);
+    DA(ads2, b->E / 8, 4);
+    DA(oq, b->Q, 1);
+    DA(ods, b->Q / 8, 4);
+    DA(fq, b->F, 1);
+    DA(fds, b->F / 8, 4);
+    DA(a16, T * b->E, 2);
+    DA(o16, T * b->Q, 2);
+    DA(f16b, T * b->F, 2);
+    DA(part_m, parts, 4);
+    DA(part_l, parts, 4);
+    DA(part_o, parts * 128, 4);
+    DA(logits, b->V, 4);
+    DA(d_best, 1, 8);
+    DA(counters, 2 * hp->n_layer, 4);
+    DA(group_count, b->F / 16, 4);
+#undef DA
+    b->logit_rows = 0;
+    if (!rc) cudaMemsetAsync(b->counters, 0, sizeof(unsigned) * 2 * hp->n_layer, b->stream);
+    if (!rc) cudaMemsetAsync(b->group_count, 0, sizeof(unsigned) * (size_t)(b->F / 16), b->stream);
+    if (!rc && (cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
+                cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess))
+        rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
+    if (!rc && b->fast) rc = build_prefill_cache(b);
+    if (!rc && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
+    if (!rc && b->fast && b->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
+    if (!rc) rc = sync_checked(b);
+#undef TRY
+    if (rc) {
+        cuda_free(&b->base);
+        return rc;
+    }
+    snprintf(b->desc, sizeof b->desc,
+             "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
+             "prefill cache %s",
+             prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
+             b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
+             b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
+             b->mv_occupancy, b->f16bytes ? "on" : "off");
+    *out = &b->base;
+    return 0;
+}
+
+const char *mu_cuda_describe(const mu_backend *base) { return ((const cuda_backend *)base)->desc; }
+
+void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_mma, int mv_occupancy) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (use_graph >= 0) b->use_graph = use_graph;
+    if (use_pdl >= 0) {
+        b->use_pdl = use_pdl;
+        mu_cu_set_pdl(use_pdl);
+    }
+    if (use_mma >= 0) b->use_mma = use_mma;
+    if (mv_occupancy >= 0) {
+        b->mv_occupancy = mv_occupancy;
+        mu_cu_set_matvec_occupancy(mv_occupancy);
+    }
+    /* a new capture picks up the options */
+    if (b->graph) cudaGraphExecDestroy(b->graph);
+    b->graph = NULL;
+    b->graph_ready = false;
+    b->graph_broken = false;
+}
+
+/* ---- benchmark support ---------------------------------------------------------------------- */
+
+int mu_cuda_set_synthetic_depth(mu_backend *base, int64_t depth, uint64_t seed) {
+    cuda_backend *b = (cuda_backend *)base;
+    const mu_hparams *hp = &b->m->hp;
+    for (int l = 0; l < hp->n_layer; l++) {
+        mu_kv_plane *p = &b->planes[l];
+        mu_kv_plane_reset(p);
+        if (!p->ring && depth > p->capacity)
+            return mu_fail(MUSER_ECONTEXT, "depth %lld exceeds the context %lld", (long long)depth,
+                           (long long)p->capacity);
+        int64_t held = depth < p->capacity ? depth : p->capacity;
+        /* as after `depth` appends: a full ring has wrapped depth % capacity times over */
+        p->len = held;
+        p->origin_logical = depth - held;
+        p->origin_physical = p->ring ? (depth - held) % p->capacity : 0;
+        size_t n = (size_t)p->capacity * (size_t)b->KVD;
+        CU_CHECK(mu_cu_fill_random(b->kc[l], (int64_t)n, b->kv_f32, seed * 131 + (uint64_t)l * 2, 1.0f, b->stream));
+        CU_CHECK(mu_cu_fill_random(b->vc[l], (int64_t)n, b->kv_f32, seed * 131 + (uint64_t)l * 2 + 1, 1.0f, b->stream));
+    }
+    return sync_checked(b);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int mu_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps) {
+    void *src = NULL, *dst = NULL;
+    RC(dalloc(&src, bytes, "the copy benchmark"));
+    if (dalloc(&dst, bytes, "the copy benchmark")) {
+        cudaFree(src);
+        return MUSER_EBACKEND;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    CU_CHECK(mu_cu_fill_random(src, (int64_t)(bytes / 4), true, 7, 1.0f, 0));
+    double *t = calloc((size_t)reps + 2, sizeof(double));
+    for (int i = 0; i < reps + 2; i++) {
+        cudaEventRecord(e0, 0);
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        float ms = 0.f;
+        cudaEventElapsedTime(&ms, e0, e1);
+        t[i] = ms;
+    }
+    qsort(t + 2, (size_t)reps, sizeof(double), cmp_double); /* the first two are warm-up */
+    *gbps = 2.0 * (double)bytes / (t[2 + reps / 2] * 1e-3) / 1e9;
+    free(t);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(src);
+    cudaFree(dst);
+    CU_CHECK(cudaGetLastError());
+    return 0;
+}
+
+int mu_cuda_profile_decode(mu_backend *base, muser_token token, int pos, int reps, mu_cuda_prof *rows, int *n_rows) {
+    cuda_backend *b = (cuda_backend *)base;
+    const mu_hparams *hp = &b->m->hp;
+    static prof_state ps;
+    memset(&ps, 0, sizeof ps);
+    ps.on = true;
+    const int n_ev = 2 + 8 * hp->n_layer + 4;
+    if (n_ev > (int)(sizeof ps.ev / sizeof ps.ev[0])) return mu_fail(MUSER_EUNSUPPORTED, "too many layers to profile");
+    for (int i = 0; i < n_ev; i++) CU_CHECK(cudaEventCreate(&ps.ev[i]));
+    double fam_ms[PF_COUNT] = {0};
+    int fam_n[PF_COUNT] = {0};
+    int rc = 0;
+    for (int r = 0; r < reps + 1 && !rc; r++) {
+        ps.n = 0;
+        rc = fill_records(b, &token, 1, pos, 0.0f, 0);
+        if (!rc) rc = enqueue_decode(b, &ps);
+        if (!rc) rc = sync_checked(b);
+        if (!rc) rc = cuda_truncate(base, pos); /* the same step again */
+        if (rc || r == 0) continue;             /* first run: warm-up */
+        for (int i = 0; i + 1 < ps.n; i++) {
+            float ms = 0.f;
+            cudaEventElapsedTime(&ms, ps.ev[i], ps.ev[i + 1]);
+            fam_ms[ps.fam[i]] += ms / reps;
+            if (r == 1) fam_n[ps.fam[i]]++;
+        }
+    }
+    for (int i = 0; i < n_ev; i++) cudaEventDestroy(ps.ev[i]);
+    if (rc) return rc;
+    /* bytes per family */
+    double fb[PF_COUNT] = {0};
+    fb[PF_EMBED] = (double)b->m->tok_embd.row_bytes;
+    fb[PF_HEAD] = (double)b->output.bytes;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *D = &b->layers[l];
+        fb[PF_QKVG] += (double)(D->wq.bytes + D->wk.bytes + D->wv.bytes + D->wgate.bytes);
+        fb[PF_WO] += (double)D->wo.bytes;
+        fb[PF_GATEUP] += (double)(D->ffn_gate.bytes + D->ffn_up.bytes);
+        fb[PF_DOWN] += (double)D->ffn_down.bytes;
+        fb[PF_ATTN] += 2.0 * (double)mu_layer_visible(hp, &b->m->layers[l], pos) * (double)b->KVD * (double)b->kv_elem;
+    }
+    int n = 0;
+    for (int f = 0; f < PF_COUNT; f++) {
+        rows[n].family = pf_names[f];
+        rows[n].launches = fam_n[f];
+        rows[n].bytes = fb[f];
+        rows[n].ms = fam_ms[f];
+        n++;
+    }
+    *n_rows = n;
+    return 0;
+}
+
+#endif /* MUSER_HAVE_CUDA */

@@ -1,0 +1,758 @@
+/* test_cuda.c — the CUDA backend against CPU references.
+ *
+ * Part 1, kernels: every kernel family on random data (never zeros), with
+ * device outputs poisoned before the launch so unwritten elements show up:
+ * matvec in both lanes for every weight format (alone and as a
+ * concatenated row space), dequantization, gate/up + SwiGLU + int8 blocks,
+ * the residual/norm tail, the embedding, the LM head with device-side
+ * selection, QK-norm + RoPE + KV append, and split-K attention (tensor-core
+ * and f32 paths, contiguous and wrapped rings, several depths).
+ *
+ * Part 2, parity on the fixtures (tests/data; more when MUSER_DATA_DIR has
+ * the shared set), in decode and prefill mode, with the core thresholds:
+ *   exact lane + f32 KV vs M.exact.f32: max |d| <= 5e-4, RMS <= 5e-5,
+ *     decisive top-1 100%;
+ *   exact lane + f16 KV, and fast lane + f16 KV: mean KL no larger than
+ *     llama.cpp's own (M.decode.f32 against M.exact.f32);
+ * plus graph replay == op-by-op launches, device selection == argmax of
+ * the logits, and truncation.
+ *
+ * Without a GPU (or without nvcc at build time) it prints a loud SKIPPED
+ * line and exits 77. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "muser.h"
+#include "testlib.h"
+
+#ifdef MUSER_HAVE_CUDA
+#include "cpu/ops.h"
+#include "cuda/cu_shared.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_test.h"
+#include "engine/engine.h"
+#include "engine/parity.h"
+#include "quant/quant.h"
+
+static uint64_t rng = 0x5eed1234abcdULL;
+
+static void rand_vec(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = tl_rand_normal(&rng) * scale;
+}
+
+static void *rand_weight(uint32_t type, int64_t rows, int64_t cols) {
+    const uint64_t bytes = mu_row_bytes(type, cols) * (uint64_t)rows;
+    void *w = malloc(bytes);
+    CHECK(mu_random_blocks(type, w, rows * cols, &rng, 1.0f / sqrtf((float)cols)) == 0);
+    return w;
+}
+
+static bool finite_all(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return false;
+    return true;
+}
+
+/* x~: the dequantized int8 activation the fast lane multiplies with */
+static double xt(const int8_t *xq, const float *xds, int64_t i) { return (double)xds[(i / 16) * 2] * xq[i]; }
+
+/* Reference dot of one row, as the lane computes it: exact uses x, fast
+ * uses x~ (the K-quant min terms take d * sum(q) of the same blocks, so
+ * the fast lane is exactly sum(w * x~)). tol: a bound for f32 rounding. */
+static double ref_row(uint32_t type, const void *row, int64_t cols, const float *x, const int8_t *xq, const float *xds,
+                      int lane, double *tol) {
+    float *w = malloc(sizeof(float) * (size_t)cols);
+    mu_dequant_row(type, row, w, cols);
+    const bool fast = lane == 1 && type != MU_TYPE_F32 && type != MU_TYPE_F16 && type != MU_TYPE_BF16;
+    double s = 0.0, mag = 0.0;
+    for (int64_t i = 0; i < cols; i++) {
+        const double xv = fast ? xt(xq, xds, i) : (double)x[i];
+        s += (double)w[i] * xv;
+        mag += fabs((double)w[i] * xv);
+    }
+    free(w);
+    *tol = 3e-5 * mag + 1e-6;
+    return s;
+}
+
+/* The int8 groups of 16 of x as the kernels must write them. */
+static void check_q8(const char *what, const float *x, const int8_t *q, const float *ds, int64_t n) {
+    int bad = 0;
+    for (int64_t g = 0; g < n / 16 && bad < 5; g++) {
+        float amax = 0.f;
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[g * 16 + i]));
+        const float d = amax / 127.0f;
+        double sq = 0.0; /* the sum is d * sum(q) over the 16 */
+        for (int i = 0; i < 16; i++) sq += q[g * 16 + i];
+        if (fabs(ds[g * 2] - d) > 1e-6 * d + 1e-30 || fabs(ds[g * 2 + 1] - d * sq) > 1e-6 * d * 2032 + 1e-30) bad++;
+        for (int i = 0; i < 16; i++)
+            if (fabs((double)x[g * 16 + i] - (double)d * q[g * 16 + i]) > 0.5001 * d + 1e-30) bad++;
+    }
+    CHECKF(bad == 0, "%s: int8 blocks differ from the rule (%d bad)", what, bad);
+}
+
+static const uint32_t all_types[] = {MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, MU_TYPE_Q8_0,
+                                     MU_TYPE_Q4_0, MU_TYPE_F16,  MU_TYPE_BF16, MU_TYPE_F32};
+#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+
+static void test_matvec(void) {
+    /* sizes: the 30B's input widths (6656, 19968, 4096) and a small one */
+    const int64_t cols_list[] = {256, 4096, 6656, 19968};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        for (int ci = 0; ci < 4; ci++) {
+            const uint32_t type = all_types[ti];
+            const int64_t cols = cols_list[ci], rows = 37;
+            void *w = rand_weight(type, rows, cols);
+            float *x = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * rows);
+            int8_t *xq = malloc((size_t)cols);
+            float *xds = malloc(sizeof(float) * (size_t)cols / 8);
+            rand_vec(x, cols, 1.0f);
+            for (int lane = 0; lane < 2; lane++) {
+                const void *raws[1] = {w};
+                const int64_t nr[1] = {rows};
+                int rc = mu_cuda_test_matvec(1, &type, raws, nr, cols, x, lane, y, xq, xds);
+                CHECKF(rc == 0, "matvec %s: %s", mu_type_name(type), muser_last_error());
+                if (rc) continue;
+                if (lane == 1) check_q8("matvec input", x, xq, xds, cols);
+                int bad = 0;
+                double worst = 0;
+                for (int64_t r = 0; r < rows; r++) {
+                    double tol;
+                    const double ref = ref_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), cols, x, xq, xds,
+                                               lane, &tol);
+                    const double err = fabs((double)y[r] - ref);
+                    if (!(err <= tol)) bad++;
+                    if (err / tol > worst) worst = err / tol;
+                }
+                CHECKF(bad == 0, "matvec %s cols %lld lane %s: %d of %lld rows off (worst %.2f x tol)", mu_type_name(type),
+                       (long long)cols, lane ? "fast" : "exact", bad, (long long)rows, worst);
+            }
+            free(w), free(x), free(y), free(xq), free(xds);
+        }
+    }
+    /* one launch over q, k, v, gate with mixed formats (as Meta's mix: V in Q6_K) */
+    const int64_t cols = 1024;
+    const uint32_t types[4] = {MU_TYPE_Q4_K, MU_TYPE_Q4_K, MU_TYPE_Q6_K, MU_TYPE_Q5_K};
+    const int64_t rows[4] = {256, 40, 40, 256};
+    void *ws[4];
+    int64_t total = 0;
+    for (int i = 0; i < 4; i++) ws[i] = rand_weight(types[i], rows[i], cols), total += rows[i];
+    float *x = malloc(sizeof(float) * cols), *y = malloc(sizeof(float) * (size_t)total);
+    int8_t *xq = malloc(cols);
+    float *xds = malloc(sizeof(float) * cols / 8);
+    rand_vec(x, cols, 2.0f);
+    for (int lane = 0; lane < 2; lane++) {
+        int rc = mu_cuda_test_matvec(4, types, (const void *const *)ws, rows, cols, x, lane, y, xq, xds);
+        CHECKF(rc == 0, "qkvg matvec: %s", muser_last_error());
+        int bad = 0;
+        int64_t off = 0;
+        for (int i = 0; i < 4; i++) {
+            for (int64_t r = 0; r < rows[i]; r++) {
+                double tol;
+                const double ref = ref_row(types[i], (const uint8_t *)ws[i] + r * mu_row_bytes(types[i], cols), cols, x,
+                                           xq, xds, lane, &tol);
+                if (!(fabs(y[off + r] - ref) <= tol)) bad++;
+            }
+            off += rows[i];
+        }
+        CHECKF(bad == 0, "qkvg matvec lane %d: %d rows off", lane, bad);
+    }
+    for (int i = 0; i < 4; i++) free(ws[i]);
+    free(x), free(y), free(xq), free(xds);
+    printf("  matvec: %d formats x 4 widths x 2 lanes, and a 4-matrix row space\n", N_TYPES);
+}
+
+static void test_dequant(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t type = all_types[ti];
+        const int64_t rows = 9, cols = 512;
+        void *w = rand_weight(type, rows, cols);
+        float *ref = malloc(sizeof(float) * rows * cols), *out = malloc(sizeof(float) * rows * cols);
+        for (int64_t r = 0; r < rows; r++) mu_dequant_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), ref + r * cols, cols);
+        for (int f16 = 0; f16 < 2; f16++) {
+            CHECK(mu_cuda_test_dequant(type, w, rows, cols, f16, out) == 0);
+            int bad = 0;
+            for (int64_t i = 0; i < rows * cols; i++) {
+                const float want = f16 ? mu_f16_to_f32(mu_f32_to_f16(ref[i])) : ref[i];
+                if (!(out[i] == want)) bad++;
+            }
+            CHECKF(bad == 0, "dequant %s to %s: %d of %lld values differ", mu_type_name(type), f16 ? "f16" : "f32", bad,
+                   (long long)(rows * cols));
+        }
+        free(w), free(ref), free(out);
+    }
+    printf("  dequant: %d formats to f32 and f16, bit-exact\n", N_TYPES);
+}
+
+static void test_gateup(void) {
+    const int64_t F = 160, cols = 512;
+    for (int ti = 0; ti < 4; ti++) {
+        const uint32_t type = all_types[ti];
+        void *wg = rand_weight(type, F, cols), *wu = rand_weight(type, F, cols);
+        float *x = malloc(sizeof(float) * cols), *out = malloc(sizeof(float) * F), *ods = malloc(sizeof(float) * F / 8);
+        float *xds = malloc(sizeof(float) * cols / 8);
+        int8_t *oq = malloc(F), *xq = malloc(cols);
+        rand_vec(x, cols, 3.0f);
+        for (int lane = 0; lane < 2; lane++) {
+            int rc = mu_cuda_test_gateup(type, wg, wu, F, cols, x, lane, out, oq, ods, xq, xds);
+            CHECKF(rc == 0, "gateup: %s", muser_last_error());
+            int bad = 0;
+            for (int64_t r = 0; r < F; r++) {
+                double tg, tu;
+                const size_t rb = mu_row_bytes(type, cols);
+                const double g = ref_row(type, (const uint8_t *)wg + r * rb, cols, x, xq, xds, lane, &tg);
+                const double u = ref_row(type, (const uint8_t *)wu + r * rb, cols, x, xq, xds, lane, &tu);
+                const double sg = g / (1.0 + exp(-g)), ref = sg * u;
+                const double tol = tg * fabs(u) * 1.2 + tu * fabs(sg) + 1e-6 * fabs(ref) + 1e-7;
+                if (!(fabs(out[r] - ref) <= tol)) bad++;
+            }
+            CHECKF(bad == 0, "gateup %s lane %d: %d of %lld off", mu_type_name(type), lane, bad, (long long)F);
+            check_q8("gateup output", out, oq, ods, F);
+        }
+        free(wg), free(wu), free(x), free(out), free(ods), free(xds), free(oq), free(xq);
+    }
+    printf("  gate/up + SwiGLU + int8 blocks\n");
+}
+
+/* rmsnorm in double with the CPU's order of float operations at the end */
+static void ref_norm(const double *x, const float *w, double *y, int64_t n, double eps) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += x[i] * x[i];
+    const double r = 1.0 / sqrt(s / n + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * r * (w ? w[i] : 1.0);
+}
+
+static double rel_err(const float *a, const double *b, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+    return sqrt(num / (den + 1e-300));
+}
+
+static void test_resnorm_cols(int64_t cols);
+static void test_resnorm(void) {
+    test_resnorm_cols(512);
+    test_resnorm_cols(19968); /* split in parts like the 30B's ffn down */
+}
+
+static void test_resnorm_cols(int64_t cols) {
+    const int64_t n = 640;
+    const uint32_t type = MU_TYPE_Q4_K;
+    void *w = rand_weight(type, n, cols);
+    float *x = malloc(sizeof(float) * cols), *wp = malloc(sizeof(float) * n), *wn = malloc(sizeof(float) * n);
+    float *h = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n), *ho = malloc(sizeof(float) * n);
+    float *ao = malloc(sizeof(float) * n), *ads = malloc(sizeof(float) * n / 8), *xds = malloc(sizeof(float) * cols / 8);
+    int8_t *aq = malloc(n), *xq = malloc(cols);
+    double *hr = malloc(sizeof(double) * n), *ar = malloc(sizeof(double) * n), *tr = malloc(sizeof(double) * n);
+    rand_vec(x, cols, 1.0f);
+    rand_vec(h, n, 2.0f);
+    for (int64_t i = 0; i < n; i++) wp[i] = 0.25f * (1.0f + 0.1f * tl_rand_normal(&rng)), wn[i] = 1.0f + 0.1f * tl_rand_normal(&rng);
+    for (int with_post = 0; with_post < 2; with_post++) {
+        int rc = mu_cuda_test_matvec_resnorm(type, w, n, cols, x, 1, with_post ? wp : NULL, 1e-8f, h, wn, 1e-5f, y, ho,
+                                             ao, aq, ads, xq, xds);
+        CHECKF(rc == 0, "matvec + resnorm: %s", muser_last_error());
+        int bad = 0;
+        for (int64_t r = 0; r < n; r++) {
+            double tol;
+            const double ref = ref_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), cols, x, xq, xds, 1, &tol);
+            if (!(fabs(y[r] - ref) <= tol)) bad++;
+        }
+        CHECKF(bad == 0, "matvec + resnorm: %d rows of y off", bad);
+        /* the tail, from the kernel's own y */
+        for (int64_t i = 0; i < n; i++) tr[i] = y[i];
+        if (with_post) ref_norm(tr, wp, tr, n, 1e-8);
+        for (int64_t i = 0; i < n; i++) hr[i] = (double)h[i] + tr[i];
+        ref_norm(hr, wn, ar, n, 1e-5);
+        const double eh = rel_err(ho, hr, n), ea = rel_err(ao, ar, n);
+        CHECKF(eh < 2e-6 && ea < 2e-6, "resnorm tail (post %d): h rel err %.3g, out rel err %.3g", with_post, eh, ea);
+        check_q8("resnorm output", ao, aq, ads, n);
+    }
+    printf("  matvec + last-block residual/norm tail (counter reused)\n");
+    free(w), free(x), free(wp), free(wn), free(h), free(y), free(ho), free(ao), free(ads), free(xds), free(aq), free(xq);
+    free(hr), free(ar), free(tr);
+}
+
+static void test_embed(void) {
+    const int64_t V = 50, E = 512;
+    const int T = 5;
+    const int32_t tokens[5] = {3, 49, 0, 17, 3};
+    for (int ti = 0; ti < 3; ti++) {
+        const uint32_t type = ti == 0 ? MU_TYPE_Q4_K : ti == 1 ? MU_TYPE_Q6_K : MU_TYPE_F32;
+        void *w = rand_weight(type, V, E);
+        float *wn = malloc(sizeof(float) * E), *h = malloc(sizeof(float) * T * E), *a = malloc(sizeof(float) * T * E);
+        float *row = malloc(sizeof(float) * E);
+        double *hr = malloc(sizeof(double) * E), *ar = malloc(sizeof(double) * E);
+        for (int64_t i = 0; i < E; i++) wn[i] = 1.0f + 0.1f * tl_rand_normal(&rng);
+        for (int en = 0; en < 2; en++) {
+            CHECKF(mu_cuda_test_embed(type, w, V, E, tokens, T, en, wn, 1e-5f, h, a) == 0, "embed: %s", muser_last_error());
+            double worst = 0;
+            for (int t = 0; t < T; t++) {
+                mu_dequant_row(type, (const uint8_t *)w + tokens[t] * mu_row_bytes(type, E), row, E);
+                for (int64_t i = 0; i < E; i++) hr[i] = row[i];
+                if (en) ref_norm(hr, NULL, hr, E, 1e-5);
+                ref_norm(hr, wn, ar, E, 1e-5);
+                double e1 = rel_err(h + t * E, hr, E), e2 = rel_err(a + t * E, ar, E);
+                worst = fmax(worst, fmax(e1, e2));
+            }
+            CHECKF(worst < 2e-6, "embed %s norm %d: rel err %.3g", mu_type_name(type), en, worst);
+        }
+        free(w), free(wn), free(h), free(a), free(row), free(hr), free(ar);
+    }
+    printf("  embedding rows + norms\n");
+}
+
+static void test_logits(void) {
+    const int64_t V = 3001, cols = 512;
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t type = ti == 0 ? MU_TYPE_Q5_K : MU_TYPE_Q6_K;
+        void *w = rand_weight(type, V, cols);
+        float *x = malloc(sizeof(float) * cols), *lg = malloc(sizeof(float) * V), *xds = malloc(sizeof(float) * cols / 8);
+        int8_t *xq = malloc(cols);
+        rand_vec(x, cols, 30.0f);
+        /* the fast lane's int8 blocks, for the reference */
+        float ytmp;
+        const void *raws[1] = {w};
+        const int64_t one = 1;
+        mu_cuda_test_matvec(1, &type, raws, &one, cols, x, 1, &ytmp, xq, xds);
+        for (int lane = 0; lane < 2; lane++) {
+            int32_t chosen = -1;
+            const float scale = 0.1961161345f, cap = 20.0f;
+            CHECKF(mu_cuda_test_logits(type, w, V, cols, x, lane, scale, cap, 0.0f, 1, 7, lg, &chosen) == 0, "logits: %s",
+                   muser_last_error());
+            int bad = 0;
+            for (int64_t r = 0; r < V; r++) {
+                double tol;
+                const double y = ref_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), cols, x, xq, xds, lane, &tol);
+                const double ref = cap * tanh(y * scale / cap);
+                if (!(fabs(lg[r] - ref) <= tol * scale + 2e-6 * cap)) bad++;
+            }
+            CHECKF(bad == 0, "logits %s lane %d: %d of %lld off", mu_type_name(type), lane, bad, (long long)V);
+            CHECKF(chosen == mu_argmax(lg, (int)V), "device argmax %d, host argmax of its logits %d", chosen,
+                   mu_argmax(lg, (int)V));
+            /* sampling: valid ids, a near-zero temperature is greedy, and seeds vary the choice */
+            int32_t s1 = -1, s2 = -1, s3 = -1;
+            mu_cuda_test_logits(type, w, V, cols, x, lane, scale, cap, 1e-4f, 5, 7, lg, &s1);
+            CHECKF(s1 == chosen, "temperature 1e-4 chose %d, argmax %d", s1, chosen);
+            int distinct = 0;
+            int32_t prev = -2;
+            for (uint32_t seed = 0; seed < 8; seed++) {
+                mu_cuda_test_logits(type, w, V, cols, x, lane, scale, cap, 50.0f, seed, 7, lg, &s2);
+                CHECK(s2 >= 0 && s2 < V);
+                distinct += s2 != prev;
+                prev = s2;
+            }
+            mu_cuda_test_logits(type, w, V, cols, x, lane, scale, cap, 50.0f, 3, 8, lg, &s3);
+            CHECKF(distinct >= 4, "temperature 50: only %d changes over 8 seeds", distinct);
+        }
+        free(w), free(x), free(lg), free(xds), free(xq);
+    }
+    printf("  LM head: scale + soft-cap, greedy and sampled device selection\n");
+}
+
+static void test_qkv_post(void) {
+    const int T = 3, H = 8, Hk = 2;
+    const int64_t cap = 11;
+    for (int variant = 0; variant < 4; variant++) {
+        const bool kv_f32 = variant & 1, neox = variant & 2;
+        const int n_rot = neox ? 96 : 128;
+        mu_hparams hp;
+        memset(&hp, 0, sizeof hp);
+        hp.head_dim = 128;
+        hp.n_rot = n_rot;
+        hp.rope_type = neox ? MU_ROPE_NEOX : MU_ROPE_NORM;
+        hp.rope_freq_scale = 1.0f;
+        float *q = malloc(sizeof(float) * T * H * 128), *k = malloc(sizeof(float) * T * Hk * 128);
+        float *v = malloc(sizeof(float) * T * Hk * 128), *qn = malloc(sizeof(float) * T * H * 128);
+        float *kc = malloc(sizeof(float) * cap * Hk * 128), *vc = malloc(sizeof(float) * cap * Hk * 128);
+        float qnw[128], knw[128], *cs = malloc(sizeof(float) * T * n_rot);
+        rand_vec(q, T * H * 128, 2.0f);
+        rand_vec(k, T * Hk * 128, 2.0f);
+        rand_vec(v, T * Hk * 128, 1.0f);
+        for (int i = 0; i < 128; i++) qnw[i] = 3.87f + 0.1f * tl_rand_normal(&rng), knw[i] = 1.0f + 0.1f * tl_rand_normal(&rng);
+        const int32_t slots[3] = {10, 0, 4};
+        for (int t = 0; t < T; t++) mu_rope_table(&hp, 500000.0f, NULL, 100 + 37 * t, cs + t * n_rot);
+        mu_cuda_test_qkv a = {T, H, Hk, n_rot, neox, 1, kv_f32, cap, q, k, v, qnw, knw, 1e-5f, cs, slots, qn, kc, vc};
+        CHECKF(mu_cuda_test_qkv_post(&a) == 0, "qkv_post: %s", muser_last_error());
+        double worst = 0;
+        int bad_rows = 0;
+        for (int t = 0; t < T; t++) {
+            float tmp[128];
+            for (int h = 0; h < H + Hk; h++) {
+                const bool isq = h < H;
+                memcpy(tmp, isq ? q + (t * H + h) * 128 : k + (t * Hk + h - H) * 128, sizeof tmp);
+                mu_rmsnorm(tmp, isq ? qnw : knw, tmp, 128, 1e-5f);
+                mu_rope_apply(&hp, cs + t * n_rot, tmp, 1);
+                const float *got = isq ? qn + (t * H + h) * 128 : kc + ((int64_t)slots[t] * Hk + h - H) * 128;
+                for (int d = 0; d < 128; d++) {
+                    const float want = isq || kv_f32 ? tmp[d] : mu_f16_to_f32(mu_f32_to_f16(tmp[d]));
+                    /* relative to the head's scale (rms ~ the norm weight) */
+                    const double e = fabs(got[d] - want) / (fabs(want) + 0.1);
+                    worst = fmax(worst, kv_f32 || isq ? e : e * 0.01);
+                }
+                if (!isq) {
+                    const float *vg = vc + ((int64_t)slots[t] * Hk + h - H) * 128, *vw = v + (t * Hk + h - H) * 128;
+                    for (int d = 0; d < 128; d++)
+                        if (fabs(vg[d] - vw[d]) > (kv_f32 ? 0 : 1e-3 * fabs(vw[d]) + 1e-6)) bad_rows++;
+                }
+            }
+        }
+        for (int64_t s = 0; s < cap; s++) {
+            if (s == 10 || s == 0 || s == 4) continue;
+            for (int i = 0; i < Hk * 128; i++)
+                if (kc[s * Hk * 128 + i] != 0.f || vc[s * Hk * 128 + i] != 0.f) bad_rows++;
+        }
+        CHECKF(worst < 1e-5 && bad_rows == 0, "qkv_post (kv %s, %s): worst rel %.3g, %d bad values",
+               kv_f32 ? "f32" : "f16", neox ? "neox" : "norm", worst, bad_rows);
+        free(q), free(k), free(v), free(qn), free(kc), free(vc), free(cs);
+    }
+    printf("  QK-norm + RoPE (NORM, NEOX) + KV append\n");
+}
+
+/* Attention in double over the visible rows of a plane. */
+static void ref_attention(const mu_cuda_test_attn *a, int t, double *out) {
+    const int per = a->n_head / a->n_head_kv, kvd = a->n_head_kv * 128;
+    const int64_t n = a->n_visible[t];
+    double *s = malloc(sizeof(double) * (size_t)n);
+    for (int h = 0; h < a->n_head; h++) {
+        const int g = h / per;
+        const float *q = a->q + ((int64_t)t * a->n_head + h) * 128;
+        double mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t slot = a->phys_first[t] + i;
+            if (slot >= a->capacity) slot -= a->capacity;
+            const float *k = a->kc + slot * kvd + g * 128;
+            double d = 0;
+            for (int e = 0; e < 128; e++) d += (double)q[e] * k[e];
+            s[i] = d * a->scale;
+            mx = fmax(mx, s[i]);
+        }
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++) sum += (s[i] = exp(s[i] - mx));
+        for (int e = 0; e < 128; e++) {
+            double o = 0;
+            for (int64_t i = 0; i < n; i++) {
+                int64_t slot = a->phys_first[t] + i;
+                if (slot >= a->capacity) slot -= a->capacity;
+                o += s[i] * a->vc[slot * kvd + g * 128 + e];
+            }
+            o /= sum;
+            if (a->gate) o *= 1.0 / (1.0 + exp(-(double)a->gate[((int64_t)t * a->n_head + h) * 128 + e]));
+            out[((int64_t)t * a->n_head + h) * 128 + e] = o;
+        }
+    }
+    free(s);
+}
+
+static void test_attention(void) {
+    typedef struct { int H, Hk; int64_t cap; int T; int64_t n[3], first[3]; int route[3]; int split_cap; } acase;
+    const acase cases[] = {
+        {32, 2, 4096, 1, {1}, {0}, {0}, 32},             /* first token                          */
+        {32, 2, 4096, 1, {17}, {0}, {0}, 32},            /* a partial block                      */
+        {32, 2, 4096, 1, {300}, {5}, {0}, 32},           /* contiguous, several splits           */
+        {32, 2, 2559, 1, {2048}, {1000}, {1}, 32},       /* wrapped SWA ring (explicit origin)   */
+        {32, 2, 8192, 1, {5000}, {0}, {0}, 128},         /* growing plane, many splits           */
+        {4, 1, 95, 3, {30, 31, 32}, {80, 80, 80}, {1, 1, 1}, 8}, /* nano-like: 4 heads per KV, wraps */
+        {32, 2, 600, 3, {200, 201, 202}, {0, 0, 0}, {0, 0, 0}, 8}, /* prefill chunk                 */
+    };
+    int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int ci = 0; ci < n_cases; ci++) {
+        const acase *c = &cases[ci];
+        const int kvd = c->Hk * 128;
+        float *q = malloc(sizeof(float) * c->T * c->H * 128), *kc = malloc(sizeof(float) * c->cap * kvd);
+        float *vc = malloc(sizeof(float) * c->cap * kvd), *gate = malloc(sizeof(float) * c->T * c->H * 128);
+        float *out = malloc(sizeof(float) * c->T * c->H * 128), *ods = malloc(sizeof(float) * c->H * 16);
+        int8_t *oq = malloc(c->H * 128);
+        double *ref = malloc(sizeof(double) * c->T * c->H * 128);
+        rand_vec(q, c->T * c->H * 128, 1.0f);
+        /* qk-normed magnitudes: q ~ 3.87 per dim */
+        for (int64_t i = 0; i < c->T * c->H * 128; i++) q[i] *= 3.87f;
+        rand_vec(gate, c->T * c->H * 128, 1.0f);
+        int32_t nv[3], pf[3], rt[3];
+        for (int t = 0; t < c->T; t++) nv[t] = (int32_t)c->n[t], pf[t] = (int32_t)c->first[t], rt[t] = c->route[t];
+        for (int path = 0; path < 3; path++) {
+            /* 0: f32 KV (f32 path), 1: f16 KV on the f32 path, 2: f16 KV on tensor cores */
+            const int kv_f32 = path == 0, use_mma = path == 2;
+            rand_vec(kc, c->cap * kvd, 1.0f);
+            rand_vec(vc, c->cap * kvd, 1.0f);
+            if (!kv_f32)
+                for (int64_t i = 0; i < c->cap * kvd; i++)
+                    kc[i] = mu_f16_to_f32(mu_f32_to_f16(kc[i])), vc[i] = mu_f16_to_f32(mu_f32_to_f16(vc[i]));
+            mu_cuda_test_attn a = {c->T, c->H, c->Hk, kv_f32, use_mma, c->split_cap, c->cap, q, kc, vc, nv, pf, rt,
+                                   0.08838834764831845f, ci % 2 ? gate : NULL, out, c->T == 1 ? oq : NULL, ods};
+            int rc = mu_cuda_test_attention(&a);
+            CHECKF(rc == 0, "attention: %s", muser_last_error());
+            if (rc) continue;
+            for (int t = 0; t < c->T; t++) ref_attention(&a, t, ref);
+            double worst = 0;
+            for (int64_t i = 0; i < c->T * c->H * 128; i++) worst = fmax(worst, fabs(out[i] - ref[i]));
+            const double tol = use_mma ? 2e-3 : 2e-5;
+            CHECKF(finite_all(out, c->T * c->H * 128) && worst <= tol,
+                   "attention case %d path %d (n %lld, %s): max |d| %.3g > %.1g", ci, path, (long long)c->n[0],
+                   c->route[0] ? "origin" : "contiguous", worst, tol);
+            if (c->T == 1) check_q8("attention output", out, oq, ods, c->H * 128);
+        }
+        free(q), free(kc), free(vc), free(gate), free(out), free(ods), free(oq), free(ref);
+    }
+    printf("  split-K attention: %d cases x (f32 KV, f16 KV f32 path, f16 KV tensor cores)\n", n_cases);
+}
+
+/* ---- part 2: parity on the fixtures ------------------------------------------------------- */
+
+static const char *data_path(const char *rel, bool local, char *buf, size_t cap) {
+    if (local) {
+        const char *dir = getenv("MUSER_TEST_DATA");
+        snprintf(buf, cap, "%s/%s", dir && *dir ? dir : MUSER_TEST_DATA, rel);
+        FILE *f = fopen(buf, "rb");
+        if (f) {
+            fclose(f);
+            return buf;
+        }
+        return NULL;
+    }
+    return tl_shared(rel, buf, cap);
+}
+
+static int *read_tokens(const char *path, int *n) {
+    char *text = tl_read_file(path, NULL);
+    if (!text) return NULL;
+    int cap = 512, count = 0;
+    int *ids = malloc(sizeof(int) * cap);
+    for (char *p = text, *end; *p; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            if (!*++end) break;
+            continue;
+        }
+        if (count == cap) ids = realloc(ids, sizeof(int) * (cap *= 2));
+        ids[count++] = (int)v;
+    }
+    free(text);
+    *n = count;
+    return ids;
+}
+
+typedef struct run_opts {
+    muser_lane lane;
+    muser_kv_type kv;
+    bool prefill;
+} run_opts;
+
+static float *run_cuda(muser_model *m, const int *tokens, int n, run_opts o, int V) {
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CUDA;
+    sp.kv_type = o.kv;
+    sp.lane = o.lane;
+    sp.n_ctx = 512;
+    sp.n_batch = 64;
+    muser_session *s = NULL;
+    if (muser_session_new(m, &sp, &s) != 0) {
+        fprintf(stderr, "cuda session: %s\n", muser_last_error());
+        tl_failed++;
+        return NULL;
+    }
+    float *out = malloc(sizeof(float) * (size_t)n * V);
+    if (o.prefill) {
+        CHECK(muser_session_feed(s, tokens, n, true) == 0);
+        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, muser_session_logits_at(s, i), sizeof(float) * V);
+    } else {
+        for (int i = 0; i < n; i++) {
+            CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
+            memcpy(out + (size_t)i * V, muser_session_logits(s), sizeof(float) * V);
+        }
+    }
+    muser_session_free(s);
+    return out;
+}
+
+/* Decode-path invariants on one model: graph == op by op == no PDL, the
+ * device choice == argmax of the logits, and truncate + refeed. */
+static void check_decode_paths(muser_model *m, const int *tokens, int n, int V, const char *name) {
+    for (int lane = 0; lane < 2; lane++) {
+        muser_session_params sp = muser_session_default_params();
+        sp.backend = MUSER_BACKEND_CUDA;
+        sp.lane = lane ? MUSER_LANE_FAST : MUSER_LANE_EXACT;
+        sp.n_ctx = 512;
+        sp.n_batch = 64;
+        muser_session *s = NULL;
+        if (muser_session_new(m, &sp, &s) != 0) {
+            CHECKF(0, "session: %s", muser_last_error());
+            return;
+        }
+        float *a = malloc(sizeof(float) * (size_t)n * V);
+        int mismatch_sel = 0;
+        for (int i = 0; i < n; i++) {
+            muser_token next = -1;
+            CHECK(mu_session_decode_select(s, tokens[i], 0.0f, 0, true, &next) == 0);
+            memcpy(a + (size_t)i * V, muser_session_logits(s), sizeof(float) * V);
+            mismatch_sel += next != mu_argmax(a + (size_t)i * V, V);
+        }
+        CHECKF(mismatch_sel == 0, "%s lane %d: device choice differs from the logits' argmax at %d steps", name, lane,
+               mismatch_sel);
+        /* truncate to 2/3 and feed the rest again: identical logits */
+        const int cut = n * 2 / 3;
+        CHECK(muser_session_truncate(s, cut) == 0);
+        double dmax = 0;
+        for (int i = cut; i < n; i++) {
+            CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
+            const float *l = muser_session_logits(s);
+            for (int j = 0; j < V; j++) dmax = fmax(dmax, fabs(l[j] - a[(size_t)i * V + j]));
+        }
+        CHECKF(dmax == 0.0, "%s lane %d: truncate + refeed differs by %.3g", name, lane, dmax);
+        muser_session_free(s);
+        /* the same steps op by op without PDL: bit-identical */
+        setenv("MUSER_CUDA_GRAPH", "0", 1);
+        setenv("MUSER_CUDA_PDL", "0", 1);
+        CHECK(muser_session_new(m, &sp, &s) == 0);
+        dmax = 0;
+        for (int i = 0; i < n && s; i++) {
+            CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
+            const float *l = muser_session_logits(s);
+            for (int j = 0; j < V; j++) dmax = fmax(dmax, fabs(l[j] - a[(size_t)i * V + j]));
+        }
+        CHECKF(dmax == 0.0, "%s lane %d: graph+PDL and op-by-op differ by %.3g", name, lane, dmax);
+        muser_session_free(s);
+        unsetenv("MUSER_CUDA_GRAPH");
+        unsetenv("MUSER_CUDA_PDL");
+        free(a);
+    }
+    printf("  %-28s decode: graph == op by op, device choice == argmax, truncate ok\n", name);
+}
+
+/* Ring checkpoint through the backend: save after `cut` tokens, decode past
+ * the ring window, restore, decode the same tokens again: identical logits. */
+static void check_checkpoint(muser_model *m, const int *tokens, int n, int V, const char *name) {
+    mu_session_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_ctx = 512;
+    cfg.n_batch = 8;
+    cfg.n_threads = 1;
+    cfg.lane = MUSER_LANE_FAST;
+    cfg.kv_type = MUSER_KV_F16;
+    mu_backend *b = NULL;
+    if (mu_cuda_backend_new(m, &cfg, &b) != 0) {
+        CHECKF(0, "backend: %s", muser_last_error());
+        return;
+    }
+    const int cut = n / 3;
+    float *a = malloc(sizeof(float) * (size_t)n * V), *l = malloc(sizeof(float) * V);
+    for (int i = 0; i < cut; i++) CHECK(b->ops->forward(b, tokens + i, 1, i, false, l) == 0);
+    void *blob = NULL;
+    size_t size = 0;
+    CHECK(b->ops->checkpoint_save(b, &blob, &size) == 0);
+    for (int i = cut; i < n; i++) CHECK(b->ops->forward(b, tokens + i, 1, i, false, a + (size_t)i * V) == 0);
+    /* the rings have moved past cut: a plain truncate must refuse, the checkpoint must not */
+    CHECK(b->ops->checkpoint_restore(b, blob, size, cut) == 0);
+    double dmax = 0;
+    for (int i = cut; i < n; i++) {
+        CHECK(b->ops->forward(b, tokens + i, 1, i, false, l) == 0);
+        for (int j = 0; j < V; j++) dmax = fmax(dmax, fabs(l[j] - a[(size_t)i * V + j]));
+    }
+    CHECKF(dmax == 0.0, "%s: checkpoint restore + refeed differs by %.3g", name, dmax);
+    printf("  %-28s ring checkpoint: save at %d, restore after %d, refeed identical\n", name, cut, n);
+    free(blob), free(a), free(l);
+    b->ops->free(b);
+}
+
+static void test_fixture(const char *rel, bool local) {
+    char pm[512], pt[512], pe[512], pd[512], tok_rel[256];
+    char r1[300], r2[300], r3[300];
+    snprintf(r1, sizeof r1, "%s.gguf", rel);
+    snprintf(r2, sizeof r2, "%s.exact.f32", rel);
+    snprintf(r3, sizeof r3, "%s.decode.f32", rel);
+    snprintf(tok_rel, sizeof tok_rel, "%.*s/tokens.txt", (int)(strrchr(rel, '/') - rel), rel);
+    const char *model_path = data_path(r1, local, pm, sizeof pm);
+    const char *tok_path = data_path(tok_rel, local, pt, sizeof pt);
+    const char *exact_path = data_path(r2, local, pe, sizeof pe);
+    const char *llama_path = data_path(r3, local, pd, sizeof pd);
+    if (!model_path || !tok_path || !exact_path || !llama_path) {
+        printf("\n**************** SKIPPED: %s (fixture not found; set MUSER_TEST_DATA / MUSER_DATA_DIR) ****************\n\n", rel);
+        return;
+    }
+    muser_model *m = NULL;
+    int rc = muser_model_load(model_path, &m);
+    CHECKF(rc == 0, "%s: %s", model_path, muser_last_error());
+    if (rc) return;
+    muser_model_info info;
+    muser_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    int n = 0;
+    int *tokens = read_tokens(tok_path, &n);
+    size_t es = 0, ds = 0;
+    float *exact = tl_read_file(exact_path, &es), *llama = tl_read_file(llama_path, &ds);
+    CHECK(tokens && n == 160 && es == (size_t)n * V * 4 && ds == es);
+    mu_parity llama_vs_exact;
+    mu_parity_compare(exact, llama, n, V, &llama_vs_exact);
+    for (int mode = 0; mode < 2; mode++) {
+        const bool prefill = mode == 1;
+        const char *mname = prefill ? "prefill" : "decode";
+        mu_parity r;
+        float *ours = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_EXACT, MUSER_KV_F32, prefill}, V);
+        if (ours) {
+            mu_parity_compare(exact, ours, n, V, &r);
+            printf("  %-28s %-7s exact kv f32: max %.3g rms %.3g meanKL %.3g decisive %.3f\n", rel, mname, r.max_abs,
+                   r.rms, r.mean_kl, r.top1_decisive);
+            CHECKF(r.max_abs <= 5e-4, "%s %s exact: max |delta| %.3g > 5e-4", rel, mname, r.max_abs);
+            CHECKF(r.rms <= 5e-5, "%s %s exact: rms %.3g > 5e-5", rel, mname, r.rms);
+            CHECKF(r.top1_decisive == 1.0, "%s %s exact: decisive top-1 %.4f", rel, mname, r.top1_decisive);
+            free(ours);
+        }
+        for (int lane = 0; lane < 2; lane++) {
+            ours = run_cuda(m, tokens, n, (run_opts){lane ? MUSER_LANE_FAST : MUSER_LANE_EXACT, MUSER_KV_F16, prefill}, V);
+            if (!ours) continue;
+            mu_parity_compare(exact, ours, n, V, &r);
+            printf("  %-28s %-7s %-5s kv f16: max %.3g rms %.3g meanKL %.3g (llama.cpp %.3g) decisive %.3f\n", rel, mname,
+                   lane ? "fast" : "exact", r.max_abs, r.rms, r.mean_kl, llama_vs_exact.mean_kl, r.top1_decisive);
+            CHECKF(r.mean_kl <= llama_vs_exact.mean_kl, "%s %s %s f16: mean KL %.3g > llama.cpp's %.3g", rel, mname,
+                   lane ? "fast" : "exact", r.mean_kl, llama_vs_exact.mean_kl);
+            CHECKF(r.top1_decisive == 1.0, "%s %s %s f16: decisive top-1 %.4f", rel, mname, lane ? "fast" : "exact",
+                   r.top1_decisive);
+            free(ours);
+        }
+    }
+    check_decode_paths(m, tokens, 48, V, rel);
+    check_checkpoint(m, tokens, 120, V, rel);
+    free(tokens);
+    free(exact);
+    free(llama);
+    muser_model_free(m);
+}
+
+int main(void) {
+    if (mu_cuda_probe() != 0) {
+        char why[600];
+        snprintf(why, sizeof why, "no usable GPU: %s", muser_last_error());
+        tl_skip(why);
+    }
+    printf("kernels against CPU references:\n");
+    for (int variant = 0; variant < 3; variant++) {
+        /* the matvec family with a grid as large as the rows need, then with
+         * 2 blocks (16 warps) so each warp streams many rows back to back,
+         * then without the shared-memory staging of the int8 input */
+        const int cap = variant == 1 ? 2 : 0;
+        mu_cu_set_matvec_grid_cap(cap);
+        mu_cu_set_matvec_stage(variant != 2);
+        printf(" matvec grid %s, int8 input %s:\n", cap ? "capped at 2 blocks" : "uncapped",
+               variant != 2 ? "staged in shared memory" : "read through L1");
+        test_matvec();
+        test_gateup();
+        test_resnorm();
+        test_logits();
+    }
+    mu_cu_set_matvec_grid_cap(0);
+    mu_cu_set_matvec_stage(true);
+    test_dequant();
+    test_embed();
+    test_qkv_post();
+    test_attention();
+    printf("parity on the fixtures:\n");
+    test_fixture("fixtures/nano/nano-Q4_K_M", true);
+    test_fixture("fixtures/nano/nano-Q8_0", true);
+    test_fixture("fixtures/nano/nano-Q6_K", false);
+    test_fixture("fixtures/micro/micro-Q4_K_M", false);
+    test_fixture("fixtures/nano/nano-f32", false);
+    return tl_finish("cuda");
+}
+
+#else
+int main(void) { tl_skip("this build has no CUDA backend (nvcc was not found at build time)"); }
+#endif
