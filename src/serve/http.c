@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ struct srv_server {
     int port;
     int64_t created;
     double started_at;
+    atomic_int in_flight; /* requests between their first byte and their last */
 };
 
 /* One request's state across the handler calls. */
@@ -540,6 +542,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cr = calloc(1, sizeof *cr);
         if (!cr) return MHD_NO;
         *req_cls = cr;
+        atomic_fetch_add(&srv->in_flight, 1);
         const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (len && strtoull(len, NULL, 10) > srv->cfg.max_body) cr->too_large = true;
         return MHD_YES;
@@ -563,9 +566,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    srv_server *srv = cls;
     conn_req *cr = *req_cls;
     if (!cr) return;
+    atomic_fetch_sub(&srv->in_flight, 1);
     chat_buf_free(&cr->body);
     free(cr);
     *req_cls = NULL;
@@ -626,7 +631,10 @@ int srv_server_port(const srv_server *s) { return s->port; }
 void srv_server_stop(srv_server *srv) {
     if (!srv) return;
     MHD_socket listen = MHD_quiesce_daemon(srv->daemon);
-    srv_sched_stop(srv->sched);   /* every job ends, so blocked connection threads return */
+    srv_sched_stop(srv->sched); /* every job ends, so blocked connection threads return */
+    /* Let the last answers (503s, stream ends) reach their clients before
+     * the connections are closed, for up to 3 s. */
+    for (int i = 0; i < 300 && atomic_load(&srv->in_flight) > 0; i++) nanosleep(&(struct timespec){0, 10000000L}, NULL);
     MHD_stop_daemon(srv->daemon); /* joins the connection threads */
     if (listen != MHD_INVALID_SOCKET) close(listen);
     srv_sched_free(srv->sched);

@@ -451,7 +451,7 @@ describe('shutdown while requests run', () => {
     await it.next();
     const waiting = client.chat.completions.create({ messages: user('wait'), max_tokens: 5, logit_bias: noEnd })
       .then(() => 'answered', (e) => e.status);
-    await new Promise((r) => setTimeout(r, 200));
+    for (let h; !(h = (await getJson(srv.url, '/health')).body).requests_waiting;) await new Promise((r) => setTimeout(r, 20));
     const t0 = Date.now();
     await srv.stop(); // asserts exit status 0 and no sanitizer report
     assert.ok(Date.now() - t0 < 10000, 'shutdown took too long');
