@@ -1,5 +1,6 @@
 /* kernels_scalar.c — the scalar reference kernels. Plain loops whose only
  * job is to be obviously right; the SIMD kernels are tested against them. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,23 +174,88 @@ static void quantize_q8_0(const float *x, void *dst, int64_t n) {
     mu_type_get(MU_TYPE_Q8_0)->quant_row(x, dst, n);
 }
 
+/* ---- prefill: one matvec per token -------------------------------------- */
+
+static void matmul_f32_ref(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, int64_t T, float *y,
+                           int64_t ldy, mu_matvec_f32_fn mv) {
+    for (int64_t t = 0; t < T; t++) mv(w, rb, nr, x + t * n, n, y + t * ldy);
+}
+static void matmul_q8_ref(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, int64_t T,
+                          float *y, int64_t ldy, mu_matvec_q8_fn mv) {
+    for (int64_t t = 0; t < T; t++) mv(w, rb, nr, (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy);
+}
+
+#define MATMUL_WRAPPERS(T)                                                                                      \
+    static void matmul_f32_##T(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, int64_t nt, \
+                               float *y, int64_t ldy) {                                                       \
+        matmul_f32_ref(w, rb, nr, x, n, nt, y, ldy, matvec_f32_##T);                                          \
+    }
+#define MATMUL_Q8_WRAPPERS(T)                                                                                   \
+    static void matmul_q8_##T(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,  \
+                              int64_t nt, float *y, int64_t ldy) {                                            \
+        matmul_q8_ref(w, rb, nr, xq, xb, n, nt, y, ldy, matvec_q8_##T);                                       \
+    }
+MATMUL_WRAPPERS(F32)
+MATMUL_WRAPPERS(F16)
+MATMUL_WRAPPERS(BF16)
+MATMUL_WRAPPERS(Q8_0)
+MATMUL_WRAPPERS(Q4_0)
+MATMUL_WRAPPERS(Q4_K)
+MATMUL_WRAPPERS(Q5_K)
+MATMUL_WRAPPERS(Q6_K)
+MATMUL_Q8_WRAPPERS(Q8_0)
+MATMUL_Q8_WRAPPERS(Q4_0)
+MATMUL_Q8_WRAPPERS(Q4_K)
+MATMUL_Q8_WRAPPERS(Q5_K)
+MATMUL_Q8_WRAPPERS(Q6_K)
+
 /* ---- attention helpers ------------------------------------------------ */
 
-static float dot_f32(const float *a, const float *b, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+static void cvt_f16(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = mu_f16_to_f32(src[i]);
 }
-static float dot_f16_f32(const uint16_t *a, const float *b, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += mu_f16_to_f32(a[i]) * b[i];
-    return s;
+
+static void attn_scores(const float *q, int nq, const float *k, int64_t ldk, int nrows, int hd, float scale, float *s,
+                        int lds) {
+    for (int h = 0; h < nq; h++)
+        for (int r = 0; r < nrows; r++) {
+            float sum = 0.0f;
+            for (int e = 0; e < hd; e++) sum += q[(int64_t)h * hd + e] * k[r * ldk + e];
+            s[(int64_t)h * lds + r] = sum * scale;
+        }
 }
-static void axpy_f32(float a, const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+
+static void attn_pv(const float *p, int nq, int ldp, const float *v, int64_t ldv, int nrows, int hd, float *acc) {
+    for (int h = 0; h < nq; h++)
+        for (int r = 0; r < nrows; r++) {
+            const float w = p[(int64_t)h * ldp + r];
+            for (int e = 0; e < hd; e++) acc[(int64_t)h * hd + e] += w * v[r * ldv + e];
+        }
 }
-static void axpy_f16(float a, const uint16_t *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
+
+static float exp_sum(float *x, int64_t n, float sub) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += x[i] = expf(x[i] - sub);
+    return sum;
+}
+
+static void silu_mul(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+static void sigmoid_mul(float *o, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = o[i] / (1.0f + expf(-g[i]));
+}
+
+static uint64_t stream_read(const void *p, size_t n) {
+    const uint64_t *w = p;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+        s0 ^= w[i];
+        s1 ^= w[i + 1];
+        s2 ^= w[i + 2];
+        s3 ^= w[i + 3];
+    }
+    return s0 ^ s1 ^ s2 ^ s3;
 }
 
 static mu_cpu_kernels scalar_table;
@@ -210,12 +276,28 @@ const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
     k->matvec_q8[MU_TYPE_Q4_K] = matvec_q8_Q4_K;
     k->matvec_q8[MU_TYPE_Q5_K] = matvec_q8_Q5_K;
     k->matvec_q8[MU_TYPE_Q6_K] = matvec_q8_Q6_K;
+    k->matmul_f32[MU_TYPE_F32] = matmul_f32_F32;
+    k->matmul_f32[MU_TYPE_F16] = matmul_f32_F16;
+    k->matmul_f32[MU_TYPE_BF16] = matmul_f32_BF16;
+    k->matmul_f32[MU_TYPE_Q8_0] = matmul_f32_Q8_0;
+    k->matmul_f32[MU_TYPE_Q4_0] = matmul_f32_Q4_0;
+    k->matmul_f32[MU_TYPE_Q4_K] = matmul_f32_Q4_K;
+    k->matmul_f32[MU_TYPE_Q5_K] = matmul_f32_Q5_K;
+    k->matmul_f32[MU_TYPE_Q6_K] = matmul_f32_Q6_K;
+    k->matmul_q8[MU_TYPE_Q8_0] = matmul_q8_Q8_0;
+    k->matmul_q8[MU_TYPE_Q4_0] = matmul_q8_Q4_0;
+    k->matmul_q8[MU_TYPE_Q4_K] = matmul_q8_Q4_K;
+    k->matmul_q8[MU_TYPE_Q5_K] = matmul_q8_Q5_K;
+    k->matmul_q8[MU_TYPE_Q6_K] = matmul_q8_Q6_K;
     k->quantize_q8_K = quantize_q8_K;
     k->quantize_q8_0 = quantize_q8_0;
-    k->dot_f32 = dot_f32;
-    k->dot_f16_f32 = dot_f16_f32;
-    k->axpy_f32 = axpy_f32;
-    k->axpy_f16 = axpy_f16;
+    k->cvt_f16 = cvt_f16;
+    k->attn_scores = attn_scores;
+    k->attn_pv = attn_pv;
+    k->exp_sum = exp_sum;
+    k->silu_mul = silu_mul;
+    k->sigmoid_mul = sigmoid_mul;
+    k->stream_read = stream_read;
     k->isa = "scalar";
     return k;
 }
@@ -231,26 +313,55 @@ uint32_t mu_cpu_act_type(uint32_t weight_type) {
 static bool cpu_has(const char *isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (!strcmp(isa, "avx2")) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (!strcmp(isa, "avx512"))
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool bw = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (!strcmp(isa, "avx2")) return avx2;
+    if (!strcmp(isa, "avx512bw")) return bw;
+    if (!strcmp(isa, "avx512")) return bw && __builtin_cpu_supports("avx512vnni");
+#elif defined(__aarch64__)
+    if (!strcmp(isa, "neon")) return true; /* Advanced SIMD is part of AArch64 */
 #endif
     return !strcmp(isa, "scalar");
 }
 
+static const mu_cpu_kernels *table_for(const char *isa) {
+    if (!cpu_has(isa)) return NULL;
+    if (!strcmp(isa, "scalar")) return mu_cpu_kernels_scalar();
+    if (!strcmp(isa, "avx2")) return mu_cpu_kernels_avx2();
+    if (!strcmp(isa, "avx512bw")) return mu_cpu_kernels_avx512bw();
+    if (!strcmp(isa, "avx512")) return mu_cpu_kernels_avx512();
+    if (!strcmp(isa, "neon")) return mu_cpu_kernels_neon();
+    return NULL;
+}
+
+/* Best last. */
+static const char *const isa_order[] = {"scalar", "neon", "avx2", "avx512bw", "avx512"};
+
+int mu_cpu_kernels_all(const mu_cpu_kernels **out, int cap) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof isa_order / sizeof isa_order[0]; i++) {
+        const mu_cpu_kernels *k = table_for(isa_order[i]);
+        if (k && n < cap) out[n++] = k;
+    }
+    return n;
+}
+
 const mu_cpu_kernels *mu_cpu_kernels_get(const char *isa) {
     if (!isa || !*isa) isa = getenv("MUSER_ISA");
-    if (isa && *isa) {
-        if (!cpu_has(isa)) return NULL;
-        if (!strcmp(isa, "scalar")) return mu_cpu_kernels_scalar();
-        if (!strcmp(isa, "avx2")) return mu_cpu_kernels_avx2();
-        if (!strcmp(isa, "avx512")) return mu_cpu_kernels_avx512();
-        return NULL;
-    }
-    const mu_cpu_kernels *k = NULL;
-    if (cpu_has("avx512")) k = mu_cpu_kernels_avx512();
-    if (!k && cpu_has("avx2")) k = mu_cpu_kernels_avx2();
-    return k ? k : mu_cpu_kernels_scalar();
+    if (isa && *isa) return table_for(isa);
+    const mu_cpu_kernels *all[8];
+    int n = mu_cpu_kernels_all(all, 8);
+    return all[n - 1]; /* scalar is always there */
 }
+
+/* Tables of the ISAs this build does not compile (the per-ISA files define
+ * theirs where the target has them). */
+#if !(defined(__x86_64__) || defined(__i386__))
+const mu_cpu_kernels *mu_cpu_kernels_avx2(void) { return NULL; }
+const mu_cpu_kernels *mu_cpu_kernels_avx512bw(void) { return NULL; }
+const mu_cpu_kernels *mu_cpu_kernels_avx512(void) { return NULL; }
+#endif
+#if !defined(__aarch64__)
+const mu_cpu_kernels *mu_cpu_kernels_neon(void) { return NULL; }
+#endif

@@ -1,0 +1,3 @@
+# CPU kernels: every SIMD table this machine runs against the scalar
+# reference; the `muser bench` CLI (JSON shape and error cases).
+muser_c_test(kernels LABELS unit TIMEOUT 900)
