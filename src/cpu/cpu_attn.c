@@ -96,7 +96,8 @@ typedef struct attn_ctx {
 } attn_ctx;
 
 /* Decode: blocks claimed in runs of CLAIM_BLOCKS; every block is folded
- * into exactly one thread's triples. */
+ * into exactly one thread's triples (all initialized before the region: a
+ * thread may not take part). */
 #define CLAIM_BLOCKS 8
 
 static void attn_decode_worker(void *vctx, int ith, int nth) {
@@ -109,7 +110,6 @@ static void attn_decode_worker(void *vctx, int ith, int nth) {
     float *m = b->part_m + (size_t)ith * hp->n_head, *s = b->part_s + (size_t)ith * hp->n_head;
     float *acc = b->part_o + (size_t)ith * hp->n_head * hd;
     float *scratch = b->attn_scratch + (size_t)ith * b->attn_scratch_floats;
-    init_triples(hp->n_head, hd, m, s, acc);
     const int64_t n_blocks = (d->n_visible + BLK - 1) / BLK;
     for (;;) {
         const int64_t b0 = atomic_fetch_add_explicit(&c->next, CLAIM_BLOCKS, memory_order_relaxed);
@@ -202,7 +202,9 @@ int mu_cpu_attention(cpu_backend *b, int layer, int T, int pos0, const float *q,
         if (!mu_attn_route_select(&b->planes[layer], pos0, n_vis, layer, &b->route))
             return mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%d", layer,
                            (long long)(pos0 - n_vis + 1), pos0);
-        mu_pool_run(b->pool, attn_decode_worker, &c);
+        const int nth = mu_pool_size(b->pool);
+        init_triples(hp->n_head * nth, hp->head_dim, b->part_m, b->part_s, b->part_o);
+        mu_pool_run_elastic(b->pool, attn_decode_worker, &c);
         attn_decode_reduce(b, mu_pool_size(b->pool), o);
         return 0;
     }
@@ -213,6 +215,6 @@ int mu_cpu_attention(cpu_backend *b, int layer, int T, int pos0, const float *q,
             return mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%lld", layer,
                            (long long)(pos - n_vis + 1), (long long)pos);
     }
-    mu_pool_run(b->pool, attn_prefill_worker, &c);
+    mu_pool_run_elastic(b->pool, attn_prefill_worker, &c);
     return 0;
 }

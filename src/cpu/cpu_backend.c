@@ -12,6 +12,7 @@
  * [capacity][n_head_kv * head_dim] in F16 or F32.
  */
 #include <float.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +32,13 @@ typedef struct token_ctx {
     cpu_backend *b;
     int layer, T;
     token_fn fn;
+    _Alignas(64) atomic_int next; /* next unclaimed token */
 } token_ctx;
 
 static void token_worker(void *vctx, int ith, int nth) {
-    const token_ctx *c = vctx;
-    for (int t = c->T * ith / nth; t < c->T * (ith + 1) / nth; t++) c->fn(c->b, c->layer, t);
+    (void)ith, (void)nth;
+    token_ctx *c = vctx;
+    for (int t; (t = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < c->T;) c->fn(c->b, c->layer, t);
 }
 
 #define PAR_TOKENS 4
@@ -43,8 +46,8 @@ static void token_worker(void *vctx, int ith, int nth) {
 static void for_tokens(cpu_backend *b, int layer, int T, token_fn fn) {
     PROF_BEGIN(b);
     if (T >= PAR_TOKENS) {
-        token_ctx c = {b, layer, T, fn};
-        mu_pool_run(b->pool, token_worker, &c);
+        token_ctx c = {b, layer, T, fn, 0};
+        mu_pool_run_elastic(b->pool, token_worker, &c);
     } else {
         for (int t = 0; t < T; t++) fn(b, layer, t);
     }

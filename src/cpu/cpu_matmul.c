@@ -4,10 +4,11 @@
  * Scheduling is by bytes: each job's rows are cut into units of about the
  * same number of weight bytes (so a Q6_K row counts for more than a Q4_K
  * row), and threads claim runs of units from a shared counter, guided:
- * a claim takes 1/(2*threads) of what is left, at least one unit. Big
- * claims early keep each thread on long sequential streams; small claims
- * at the end even out the finish, also when another process on a shared
- * machine slows one thread down.
+ * a claim takes 1/(2*threads) of what is left, at least one unit and at
+ * most MAX_CLAIM_UNITS. Claims of up to ~1 MiB keep each thread on long
+ * sequential streams; smaller claims at the end even out the finish. The
+ * cap matters on a shared machine: a thread that another process preempts
+ * holds at most one claim the others cannot take over.
  *
  * Decode (T = 1) runs the matvec kernels; prefill runs the matmul kernels,
  * which reuse each weight block across the tokens of the chunk.
@@ -19,6 +20,7 @@
 
 #define MAX_JOBS 4
 #define ROW_ALIGN 16 /* rows per unit are a multiple of this (kernel row tiles) */
+#define MAX_CLAIM_UNITS 32
 
 typedef struct mm_set {
     cpu_backend *b;
@@ -65,6 +67,7 @@ static void mm_set_worker(void *ctx, int ith, int nth) {
             if (u0 >= total) return;
             take = (total - u0) / (2 * nth);
             if (take < 1) take = 1;
+            if (take > MAX_CLAIM_UNITS) take = MAX_CLAIM_UNITS;
         } while (!atomic_compare_exchange_weak_explicit(&s->next, &u0, u0 + take, memory_order_relaxed,
                                                         memory_order_relaxed));
         const long long u1 = u0 + take;
@@ -88,6 +91,7 @@ typedef struct quant_ctx {
     int T;
     int64_t cols;
     bool need_k, need_0;
+    _Alignas(64) atomic_int next; /* next unclaimed token */
 } quant_ctx;
 
 static void quantize_tokens(const quant_ctx *c, int t0, int t1) {
@@ -100,13 +104,14 @@ static void quantize_tokens(const quant_ctx *c, int t0, int t1) {
 }
 
 static void quant_worker(void *ctx, int ith, int nth) {
-    const quant_ctx *c = ctx;
-    quantize_tokens(c, c->T * ith / nth, c->T * (ith + 1) / nth);
+    (void)ith, (void)nth;
+    quant_ctx *c = ctx;
+    for (int t; (t = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < c->T;) quantize_tokens(c, t, t + 1);
 }
 
 static void quantize_inputs(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int64_t cols) {
     if (b->cfg.lane != MUSER_LANE_FAST) return;
-    quant_ctx c = {b, x, T, cols, false, false};
+    quant_ctx c = {b, x, T, cols, false, false, 0};
     for (int j = 0; j < n_jobs; j++) {
         if (!b->k->matvec_q8[jobs[j].w->type]) continue;
         const uint32_t a = mu_cpu_act_type(jobs[j].w->type);
@@ -115,7 +120,7 @@ static void quantize_inputs(cpu_backend *b, const mm_job *jobs, int n_jobs, cons
     }
     if (!c.need_k && !c.need_0) return;
     PROF_BEGIN(b);
-    if (T >= 8) mu_pool_run(b->pool, quant_worker, &c);
+    if (T >= 8) mu_pool_run_elastic(b->pool, quant_worker, &c);
     else quantize_tokens(&c, 0, T);
     PROF_END(b, MU_PROF_QUANT, 1, (uint64_t)T * (uint64_t)cols * 4);
 }
@@ -145,7 +150,7 @@ void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const flo
     atomic_init(&s.next, 0);
     quantize_inputs(b, jobs, n_jobs, x, T, jobs[0].w->cols);
     PROF_BEGIN(b);
-    mu_pool_run(b->pool, mm_set_worker, &s);
+    mu_pool_run_elastic(b->pool, mm_set_worker, &s);
 #if MUSER_PROFILE
     if (b->prof.on) {
         /* A set's time is shared among its weight types by bytes. */
