@@ -34,7 +34,7 @@
  * (in vectors of 16) and tokens of the exact-lane tile. AVX2 holds half as
  * many 512-bit values in its 16 registers. */
 #if MU_X86_512
-#define KQ_NT 8
+#define KQ_NT 4
 #define MM_MRV 3
 #define MM_NR 8
 #else
@@ -302,75 +302,108 @@ MU_INLINE void kq_unpack(int fmt, const void *blk, kq_block *u) {
     }
 }
 
-/* Dot products of one weight row with nt token rows of Q8_K activations
- * (a_stride bytes apart): out[t] = row . a_t. Each weight block is
- * unpacked once and used for all nt tokens. nt is a compile-time constant
- * at every call (KQ_NT or 1), so acc[] lives in registers. */
-MU_INLINE void kq_row_tokens(int fmt, const uint8_t *row, uint64_t block_bytes, int64_t nb, const uint8_t *a0,
-                             uint64_t a_stride, int nt, float *out) {
-    vf acc[KQ_NT];
-    __m256 accm[KQ_NT];
-    for (int t = 0; t < nt; t++) {
-        acc[t] = vf_zero();
-        accm[t] = _mm256_setzero_ps();
-    }
-    for (int64_t i = 0; i < nb; i++) {
-        kq_block u;
-        prefetch_span(row + i * block_bytes, block_bytes);
-        kq_unpack(fmt, row + i * block_bytes, &u);
-        MU_UNROLL(8)
-        for (int t = 0; t < nt; t++) {
-            const mu_block_q8_K *a = (const mu_block_q8_K *)(a0 + t * a_stride) + i;
-            vi isum = vi_zero();
-            MU_UNROLL(4)
-            for (int c = 0; c < 4; c++) isum = vi_dpwssd(isum, vi_maddubs(u.q[c], vi_load(a->qs + 64 * c)), u.sc[c]);
-            acc[t] = vf_fma(vf_from_i32(isum), vf_set1(u.d * a->d), acc[t]);
-            const __m256i summ = _mm256_madd_epi16(u.mins, _mm256_loadu_si256((const __m256i *)a->bsums));
-            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_set1_ps(u.dmin * a->d), accm[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]) - hsum256(accm[t]);
-}
-
 MU_INLINE uint64_t kq_block_bytes(int fmt) {
     return fmt == KQ_Q4_K ? sizeof(mu_block_q4_K) : fmt == KQ_Q5_K ? sizeof(mu_block_q5_K) : sizeof(mu_block_q6_K);
 }
 
-MU_INLINE void kq_matvec(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    for (int64_t r = 0; r < nr; r++)
-        kq_row_tokens(fmt, (const uint8_t *)w + (uint64_t)r * rb, kq_block_bytes(fmt), n / MU_QK_K, xq, 0, 1, y + r);
+/* Per token and block of Q8_K activations: da = its scale, and
+ * yb[16] = da * bsums[g], so a block's min term is one 16-lane FMA with
+ * the weight's per-group mins (which differ per row, the y per token). */
+typedef struct kq_tokens {
+    const uint8_t *a0; /* token 0's first block */
+    uint64_t stride;   /* bytes between tokens */
+    int64_t nb;        /* blocks per token */
+    float *da;         /* [nt][nb] */
+    float *yb;         /* [nt][nb][16] */
+} kq_tokens;
+
+static void kq_tokens_prep(kq_tokens *tk, int nt) {
+    for (int t = 0; t < nt; t++)
+        for (int64_t i = 0; i < tk->nb; i++) {
+            const mu_block_q8_K *a = (const mu_block_q8_K *)(tk->a0 + t * tk->stride) + i;
+            tk->da[t * tk->nb + i] = a->d;
+            const vf bs = vf_from_i32(vi_from_s16x16(_mm256_loadu_si256((const __m256i *)a->bsums)));
+            vf_store(tk->yb + (t * tk->nb + i) * 16, vf_mul(bs, vf_set1(a->d)));
+        }
 }
 
-/* Prefill: rows in tiles small enough to stay in L2 while every token
- * tile of KQ_NT runs over them. */
+/* A register tile of one weight row x nt tokens: out[t] = row . token t.
+ * Each weight block is unpacked once for all nt tokens. nt is a
+ * compile-time constant at every call, so acc[] lives in registers.
+ * (Measured on Zen 5: one row x 4 tokens beats 1x8, 2x4 and 2x8, which
+ * spill or overflow L1 with the tokens' activations.) */
+MU_INLINE void kq_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt, float *out) {
+    const uint64_t bb = kq_block_bytes(fmt);
+    vf acc[KQ_NT];
+    for (int t = 0; t < nt; t++) acc[t] = vf_zero();
+    for (int64_t i = 0; i < tk->nb; i++) {
+        const uint8_t *blk = row + (uint64_t)i * bb;
+        prefetch_span(blk, bb);
+        kq_block u;
+        kq_unpack(fmt, blk, &u);
+        const vf d = vf_set1(u.d), mins = vf_mul(vf_from_i32(vi_from_s16x16(u.mins)), vf_set1(u.dmin));
+        MU_UNROLL(8)
+        for (int t = 0; t < nt; t++) {
+            const int64_t ti = (int64_t)t * tk->nb + i;
+            const int8_t *aq = ((const mu_block_q8_K *)(tk->a0 + (uint64_t)t * tk->stride) + i)->qs;
+            vi isum = vi_zero();
+            MU_UNROLL(4)
+            for (int c = 0; c < 4; c++) isum = vi_dpwssd(isum, vi_maddubs(u.q[c], vi_load(aq + 64 * c)), u.sc[c]);
+            /* d*da*isum - sum_g mins_g * da*bsums_g */
+            acc[t] = vf_fma(vf_mul(vf_from_i32(isum), d), vf_bcast(tk->da + ti), acc[t]);
+            acc[t] = vf_sub(acc[t], vf_mul(mins, vf_load(tk->yb + ti * 16)));
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]);
+}
+
+/* Rows [r0, r1) against the nt tokens of tk; y is token-major (y[t*ldy +
+ * r]); add: accumulate into it (a later column segment). */
+MU_INLINE void kq_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64_t r1, const kq_tokens *tk, int nt,
+                       float *y, int64_t ldy, bool add) {
+    float out[KQ_NT];
+    for (int64_t r = r0; r < r1; r++) {
+        kq_tile(fmt, w + (uint64_t)r * rb, tk, nt, out);
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = add ? y[t * ldy + r] + out[t] : out[t];
+    }
+}
+
+/* Decode and prefill alike. Rows go in tiles that stay in L2 while every
+ * token tile of KQ_NT runs over them (a ragged token tail one at a time).
+ * Columns go in segments: in prefill short ones, so a token tile's
+ * activations stay in L1 across the rows (16 blocks x 4 tokens = 18 KiB);
+ * in decode long ones, so each row streams from memory in one run. */
+#define KQ_SEG_PREFILL 16
+#define KQ_SEG_DECODE 96
+
 MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
                          int64_t T, float *y, int64_t ldy) {
-    const int64_t nb = n / MU_QK_K;
+    float da[KQ_NT * KQ_SEG_DECODE], yb[KQ_NT * KQ_SEG_DECODE * 16];
+    const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
+    const int64_t seg = T >= KQ_NT ? KQ_SEG_PREFILL : KQ_SEG_DECODE;
     int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
     if (rows_tile < 4) rows_tile = 4;
-    float out[KQ_NT];
-    for (int64_t r0 = 0; r0 < nr; r0 += rows_tile) {
-        const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
-        int64_t t = 0;
-        for (; t + KQ_NT <= T; t += KQ_NT) {
-            const uint8_t *a = (const uint8_t *)xq + (uint64_t)t * xb;
-            for (int64_t r = r0; r < r1; r++) {
-                kq_row_tokens(fmt, (const uint8_t *)w + (uint64_t)r * rb, kq_block_bytes(fmt), nb, a, xb, KQ_NT, out);
-                for (int j = 0; j < KQ_NT; j++) y[(t + j) * ldy + r] = out[j];
+    for (int64_t b0 = 0; b0 < nb_all; b0 += seg) {
+        const int64_t nb = nb_all - b0 < seg ? nb_all - b0 : seg;
+        const uint8_t *wseg = (const uint8_t *)w + b0 * bb;
+        for (int64_t r0 = 0; r0 < nr; r0 += rows_tile) {
+            const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
+            for (int64_t t = 0; t < T;) {
+                const int nt = T - t >= KQ_NT ? KQ_NT : 1;
+                kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb + (uint64_t)b0 * sizeof(mu_block_q8_K), xb, nb,
+                                da, yb};
+                kq_tokens_prep(&tk, nt);
+                if (nt == KQ_NT) kq_rows(fmt, wseg, rb, r0, r1, &tk, KQ_NT, y + t * ldy, ldy, b0 > 0);
+                else kq_rows(fmt, wseg, rb, r0, r1, &tk, 1, y + t * ldy, ldy, b0 > 0);
+                t += nt;
             }
-        }
-        for (; t < T; t++) {
-            const uint8_t *a = (const uint8_t *)xq + (uint64_t)t * xb;
-            for (int64_t r = r0; r < r1; r++)
-                kq_row_tokens(fmt, (const uint8_t *)w + (uint64_t)r * rb, kq_block_bytes(fmt), nb, a, xb, 1,
-                              y + t * ldy + r);
         }
     }
 }
 
 #define FAST_KQUANT(fmt, id)                                                                                     \
     static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
-        kq_matvec(id, w, rb, nr, xq, n, y);                                                                     \
+        kq_matmul(id, w, rb, nr, xq, 0, n, 1, y, nr);                                                           \
     }                                                                                                          \
     static void matmul_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, \
                                 int64_t T, float *y, int64_t ldy) {                                            \
