@@ -33,6 +33,7 @@
 #define FAST_K 4.0   /* matvec/matmul, int8 activations */
 #define ATTN_K 4.0   /* attention scores and P.V */
 #define EXP_REL 1e-6 /* exp, silu, sigmoid: relative error (about 8 ulp) */
+#define SOFTCAP_ABS 4e-6 /* logits (cap 20): tanh via exp loses relative precision near 0 */
 #define EXP_ABS 1e-30 /* where exp over- or underflows (silu(-120): -0 vs -4e-37) */
 
 static uint64_t rng = 12345;
@@ -312,6 +313,17 @@ static void test_elementwise(const mu_cpu_kernels *ref, const mu_cpu_kernels *k)
         for (int i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= EXP_REL * fabsf(a[i]) + EXP_ABS);
         CHECKF(bad == 0, "%s sigmoid_mul n=%d: %d off", k->isa, n, bad);
         free(g), free(u), free(a), free(b);
+    }
+    /* softcap: logits up to +-200 through cap * tanh(x * scale / cap) */
+    for (int n = 1; n <= 202048; n = n < 40 ? n + 1 : n * 9) {
+        float *a = random_floats(n, 60.0f), *b = malloc(sizeof(float) * (size_t)n);
+        memcpy(b, a, sizeof(float) * (size_t)n);
+        ref->softcap(a, n, 0.1961161345f, 20.0f);
+        k->softcap(b, n, 0.1961161345f, 20.0f);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += !(fabsf(a[i] - b[i]) <= SOFTCAP_ABS);
+        CHECKF(bad == 0, "%s softcap n=%d: %d off", k->isa, n, bad);
+        free(a), free(b);
     }
     /* the bandwidth probe reads what it is given (its value is ISA-defined) */
     uint8_t *buf = calloc(4096, 1);

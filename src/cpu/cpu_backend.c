@@ -200,8 +200,7 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
     mu_cpu_matmul_set(b, &head, 1, b->a, rows, MU_PROF_LM_HEAD);
     {
         PROF_BEGIN(b);
-        for (int t = 0; t < rows; t++)
-            mu_logits_finish(logits + (int64_t)t * hp->n_vocab, hp->n_vocab, hp->logit_scale, hp->softcap);
+        for (int t = 0; t < rows; t++) b->k->softcap(logits + (int64_t)t * hp->n_vocab, hp->n_vocab, hp->logit_scale, hp->softcap);
         PROF_END(b, MU_PROF_ELEMWISE, 1, 0);
     }
     return 0;

@@ -65,6 +65,8 @@ typedef struct mu_cpu_kernels {
      * attention output gate). */
     void (*silu_mul)(float *g, const float *u, int64_t n);
     void (*sigmoid_mul)(float *o, const float *g, int64_t n);
+    /* Logits: x = cap * tanh(x * scale / cap), or x * scale when cap is 0. */
+    void (*softcap)(float *x, int64_t n, float scale, float cap);
     /* Reads n bytes (a multiple of 256) at full speed: the memory
      * bandwidth probe of `muser bench`. Returns a value of the data. */
     uint64_t (*stream_read)(const void *p, size_t n);

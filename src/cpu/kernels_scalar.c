@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cpu/kernels.h"
+#include "cpu/ops.h"
 
 /* ---- exact lane: dequantize a block, then multiply in f32 ------------- */
 
@@ -246,6 +247,8 @@ static void sigmoid_mul(float *o, const float *g, int64_t n) {
     for (int64_t i = 0; i < n; i++) o[i] = o[i] / (1.0f + expf(-g[i]));
 }
 
+static void softcap(float *x, int64_t n, float scale, float cap) { mu_logits_finish(x, n, scale, cap); }
+
 static uint64_t stream_read(const void *p, size_t n) {
     const uint64_t *w = p;
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -297,6 +300,7 @@ const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
     k->sigmoid_mul = sigmoid_mul;
+    k->softcap = softcap;
     k->stream_read = stream_read;
     k->isa = "scalar";
     return k;

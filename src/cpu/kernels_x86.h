@@ -826,6 +826,25 @@ static void sigmoid_mul(float *o, const float *g, int64_t n) {
     for (; i < n; i++) o[i] = o[i] / (1.0f + expf(-g[i]));
 }
 
+/* x = cap * tanh(x * scale / cap), with tanh(y) = sign(y) * (1 - 2 / (exp(2|y|) + 1))
+ * (absolute error about 1e-7 * cap); x * scale when cap is 0. */
+static void softcap(float *x, int64_t n, float scale, float cap) {
+    if (cap == 0.0f) {
+        for (int64_t i = 0; i < n; i++) x[i] *= scale;
+        return;
+    }
+    const vf in = vf_set1(2.0f * scale / cap), c = vf_set1(cap), one = vf_set1(1.0f), two = vf_set1(2.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const vf v = vf_load(x + i), y2 = vf_mul(vf_abs(v), in);
+        const vf t = vf_sub(one, vf_div(two, vf_add(vf_exp(y2), one)));
+        /* restore the sign of x (scale and cap are positive) */
+        const vf r = vf_mul(t, c);
+        vf_store(x + i, vf_sub(r, vf_mul(vf_add(r, r), vf_negative_mask(v))));
+    }
+    for (; i < n; i++) x[i] = tanhf(x[i] * scale / cap) * cap;
+}
+
 /* Streams n bytes (a multiple of 256) through the loads; returns a value
  * that depends on every byte so nothing is optimized away. */
 static uint64_t stream_read(const void *p, size_t n) {
@@ -878,6 +897,7 @@ static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
     k->sigmoid_mul = sigmoid_mul;
+    k->softcap = softcap;
     k->stream_read = stream_read;
     k->isa = isa;
 }

@@ -62,6 +62,10 @@ MU_INLINE vf vf_min(vf a, vf b) { return _mm512_min_ps(a, b); }
 MU_INLINE vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
 MU_INLINE vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); } /* a*b + c */
 MU_INLINE vf vf_abs(vf a) { return _mm512_abs_ps(a); }
+/* 1.0 in lanes where a < 0, else 0.0 */
+MU_INLINE vf vf_negative_mask(vf a) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_set1_ps(1.0f));
+}
 MU_INLINE float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
 MU_INLINE float vf_hmax(vf a) { return _mm512_reduce_max_ps(a); }
 MU_INLINE vf vf_from_i32(vi a) { return _mm512_cvtepi32_ps(a); }
@@ -195,6 +199,10 @@ MU_INLINE vf vf_abs(vf a) {
     return VF2(_mm256_and_ps(a.lo, m), _mm256_and_ps(a.hi, m));
 }
 MU_INLINE float vf_hsum(vf a) { return hsum256(_mm256_add_ps(a.lo, a.hi)); }
+MU_INLINE vf vf_negative_mask(vf a) {
+    const __m256 z = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    return VF2(_mm256_and_ps(_mm256_cmp_ps(a.lo, z, _CMP_LT_OQ), one), _mm256_and_ps(_mm256_cmp_ps(a.hi, z, _CMP_LT_OQ), one));
+}
 MU_INLINE float vf_hmax(vf a) {
     __m256 m = _mm256_max_ps(a.lo, a.hi);
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
