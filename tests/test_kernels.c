@@ -17,7 +17,7 @@
  *   fast lane:       |simd - ref| <= FAST_K  * eps * sqrt(n) * M over the
  *                    dequantized activations (integer dot products are
  *                    exact; only the float block sums move)
- *   quantizers, f16 conversion: bit-identical
+ *   activation quantizer, f16 conversion: bit-identical
  *   attention:       scores and P.V as the exact lane; exp within EXP_REL
  */
 #include <float.h>
@@ -95,10 +95,16 @@ static double budget(double k, int64_t n, double magnitude) {
     return k * FLT_EPSILON * sqrt((double)n) * magnitude + 1e-30;
 }
 
-/* The activation vector as the kernel sees it: f32, or dequantized Q8. */
-static void lane_view(uint32_t act, const float *x, const void *xq, int64_t n, float *out) {
-    if (act == MU_TYPE_F32) memcpy(out, x, sizeof(float) * (size_t)n);
-    else mu_dequant_row(act, xq, out, n);
+/* The activation vector as the kernel sees it: f32, or the dequantized
+ * fast-lane row (d[g] * qs[i]). */
+static void lane_view(bool fast, const float *x, const void *xq, int64_t n, float *out) {
+    if (!fast) {
+        memcpy(out, x, sizeof(float) * (size_t)n);
+        return;
+    }
+    const int8_t *qs = xq;
+    const float *d = mu_act_d(xq, n);
+    for (int64_t i = 0; i < n; i++) out[i] = d[i / MU_ACT_GROUP] * (float)qs[i];
 }
 
 /* ---- matvec and matmul, both lanes ------------------------------------- */
@@ -116,13 +122,13 @@ typedef struct case_ctx {
 
 /* One (n, rows, T) case: T token rows, output stride ldy >= rows. */
 static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
-    const uint32_t act = c->lane ? mu_cpu_act_type(c->type) : MU_TYPE_F32;
+    const bool fast = c->lane != 0;
     uint64_t rb;
     void *w = random_rows(c->type, rows, n, &rb);
     float *xbuf = random_floats(n * T + 1, 1.0f), *x = xbuf + 1; /* unaligned */
-    const uint64_t xb = act == MU_TYPE_F32 ? 0 : mu_row_bytes(act, n);
-    uint8_t *xq = act == MU_TYPE_F32 ? NULL : malloc(xb * (uint64_t)T + 64);
-    for (int64_t t = 0; t < T && xq; t++) mu_quant_row(act, x + t * n, xq + t * xb, n);
+    const uint64_t xb = fast ? mu_act_row_bytes(n) : 0;
+    uint8_t *xq = fast ? malloc(xb * (uint64_t)T + 64) : NULL;
+    for (int64_t t = 0; t < T && xq; t++) c->ref->quantize_act(x + t * n, xq + t * xb, n);
     const int64_t ldy = rows + 3;
     const size_t ylen = (size_t)(ldy * T + 8);
     float *y_ref = malloc(sizeof(float) * ylen), *y = malloc(sizeof(float) * ylen);
@@ -147,7 +153,7 @@ static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
     float *view = malloc(sizeof(float) * (size_t)n);
     int bad = 0;
     for (int64_t t = 0; t < T; t++) {
-        lane_view(act, x + t * n, xq ? xq + t * xb : NULL, n, view);
+        lane_view(fast, x + t * n, xq ? xq + t * xb : NULL, n, view);
         for (int64_t r = 0; r < rows; r++) {
             const double m = row_magnitude(c->type, (const uint8_t *)w + r * rb, view, n);
             const double tol = budget(c->lane ? FAST_K : EXACT_K, n, m);
@@ -197,31 +203,30 @@ static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
     }
 }
 
-/* ---- activation quantizers: bit-identical ------------------------------ */
+/* ---- the activation quantizer: bit-identical -------------------------- */
 
-static void test_quantizers(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
-    static const int64_t blocks[] = {1, 2, 3, 26, 78, 81};
-    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
-        const int64_t n = blocks[i] * 256;
+static void test_quantizer(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
+    static const int64_t lengths[] = {16, 32, 48, 256, 6656, 19968, 20736};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        const int64_t n = lengths[i];
         float *x = random_floats(n, 3.0f);
-        /* ties for the signed max (first wins) and exact halves for roundf */
-        x[4] = -50.0f;
-        x[5] = 50.0f;
-        x[300 % n] = 0.5f * (50.0f / 127.0f);
-        if (n > 512) memset(x + 256, 0, sizeof(float) * 256); /* an all-zero block */
-        for (int q = 0; q < 2; q++) {
-            const uint32_t type = q ? MU_TYPE_Q8_0 : MU_TYPE_Q8_K;
-            const uint64_t bytes = mu_row_bytes(type, n);
-            uint8_t *a = malloc(bytes), *b = malloc(bytes);
-            memset(a, 0xAB, bytes);
-            memset(b, 0xCD, bytes);
-            (q ? ref->quantize_q8_0 : ref->quantize_q8_K)(x, a, n);
-            (q ? k->quantize_q8_0 : k->quantize_q8_K)(x, b, n);
-            CHECKF(memcmp(a, b, bytes) == 0, "%s quantize %s n=%lld differs from the scalar bytes", k->isa,
-                   mu_type_name(type), (long long)n);
-            free(a), free(b);
-        }
-        free(x);
+        x[0] = 50.0f; /* exact halves: 50 * 127/50 ... and ties */
+        x[1] = 0.5f * 50.0f / 127.0f;
+        if (n >= 48) memset(x + 16, 0, sizeof(float) * 16); /* an all-zero group */
+        const uint64_t bytes = mu_act_row_bytes(n);
+        uint8_t *a = malloc(bytes), *b = malloc(bytes);
+        memset(a, 0xAB, bytes);
+        memset(b, 0xCD, bytes);
+        ref->quantize_act(x, a, n);
+        k->quantize_act(x, b, n);
+        CHECKF(memcmp(a, b, bytes) == 0, "%s quantize_act n=%lld differs from the scalar bytes", k->isa, (long long)n);
+        /* and it is a faithful int8 code: |x - d*q| <= d/2 */
+        int bad = 0;
+        const float *d = mu_act_d(a, n);
+        for (int64_t j = 0; j < n; j++)
+            bad += !(fabsf(x[j] - d[j / 16] * (float)((int8_t *)a)[j]) <= 0.5f * d[j / 16] * 1.0001f + 1e-30f);
+        CHECKF(bad == 0, "quantize_act n=%lld: %d elements off by more than half a step", (long long)n, bad);
+        free(a), free(b), free(x);
     }
 }
 
@@ -344,7 +349,7 @@ int main(void) {
     for (int i = 0; i < n; i++) {
         if (all[i] == ref) continue;
         const int before = tl_failed;
-        test_quantizers(ref, all[i]);
+        test_quantizer(ref, all[i]);
         test_attention(ref, all[i]);
         test_elementwise(ref, all[i]);
         test_matvecs(ref, all[i]);

@@ -353,10 +353,9 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
     size_t floats = T * E * 2 /* x, a */ + T * Q * 3 /* q, g, o */ + T * KV * 2 + T * E /* t */ + T * F * 2 +
                     T * (size_t)hp->n_rot + T * 2 /* slots */ + nth * (size_t)hp->n_head * (2 + (size_t)hp->head_dim) +
                     nth * b->attn_scratch_floats + 16;
-    size_t qk_bytes = T * (size_t)mu_row_bytes(MU_TYPE_Q8_K, (int64_t)widest) + 64;
-    size_t q0_bytes = T * (size_t)mu_row_bytes(MU_TYPE_Q8_0, (int64_t)widest) + 64;
+    size_t xq_bytes = T * (size_t)mu_act_row_bytes((int64_t)widest) + 64;
     if (!rc) {
-        b->arena = malloc(floats * sizeof(float) + qk_bytes + q0_bytes + 64);
+        b->arena = malloc(floats * sizeof(float) + xq_bytes + 64);
         if (!b->arena) rc = mu_fail(MUSER_ENOMEM, "out of memory for activations");
     }
     if (rc) {
@@ -381,8 +380,7 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
     b->part_o = p, p += nth * (size_t)hp->n_head * hp->head_dim;
     p = (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     b->attn_scratch = p, p += nth * b->attn_scratch_floats;
-    b->xq_k = (uint8_t *)p;
-    b->xq_0 = b->xq_k + qk_bytes;
+    b->xq = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     *out = &b->base;
     return 0;
 }

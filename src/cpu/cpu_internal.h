@@ -67,7 +67,7 @@ typedef struct cpu_backend {
     float *part_o;           /* [threads][n_head][head_dim] partial values    */
     float *attn_scratch;     /* [threads][ATTN_SCRATCH] K, V blocks and scores */
     size_t attn_scratch_floats;
-    uint8_t *xq_k, *xq_0;    /* fast lane: [T] quantized input rows           */
+    uint8_t *xq;             /* fast lane: [T] quantized input rows (kernels.h) */
 } cpu_backend;
 
 /* ---- matmul sets (cpu_matmul.c) -------------------------------------------

@@ -33,9 +33,12 @@ typedef struct mm_set {
     _Alignas(64) atomic_llong next;   /* next unclaimed unit */
 } mm_set;
 
-static const void *quantized_input(cpu_backend *b, uint32_t act_type, int t, int64_t cols) {
-    if (act_type == MU_TYPE_Q8_K) return b->xq_k + (size_t)t * (size_t)mu_row_bytes(MU_TYPE_Q8_K, cols);
-    return b->xq_0 + (size_t)t * (size_t)mu_row_bytes(MU_TYPE_Q8_0, cols);
+static uint8_t *quantized_input(cpu_backend *b, int t, int64_t cols) {
+    return b->xq + (size_t)t * (size_t)mu_act_row_bytes(cols);
+}
+
+static bool fast_job(const cpu_backend *b, const mu_weight *w) {
+    return b->cfg.lane == MUSER_LANE_FAST && mu_cpu_fast_type(w->type) && b->k->matvec_q8[w->type];
 }
 
 /* Rows [r0, r1) of one job, for all T tokens. */
@@ -43,14 +46,12 @@ static void run_rows(cpu_backend *b, const mm_job *job, const float *x, int T, i
     const mu_weight *w = job->w;
     const int64_t cols = w->cols;
     const mu_cpu_kernels *k = b->k;
-    const uint32_t act = b->cfg.lane == MUSER_LANE_FAST && k->matvec_q8[w->type] ? mu_cpu_act_type(w->type)
-                                                                                 : MU_TYPE_F32;
     const uint8_t *rows = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
     float *y = job->y + r0;
-    if (act != MU_TYPE_F32) {
-        const void *xq = quantized_input(b, act, 0, cols);
+    if (fast_job(b, w)) {
+        const void *xq = quantized_input(b, 0, cols);
         if (T == 1) k->matvec_q8[w->type](rows, w->row_bytes, r1 - r0, xq, cols, y);
-        else k->matmul_q8[w->type](rows, w->row_bytes, r1 - r0, xq, mu_row_bytes(act, cols), cols, T, y, w->rows);
+        else k->matmul_q8[w->type](rows, w->row_bytes, r1 - r0, xq, mu_act_row_bytes(cols), cols, T, y, w->rows);
     } else {
         if (T == 1) k->matvec_f32[w->type](rows, w->row_bytes, r1 - r0, x, cols, y);
         else k->matmul_f32[w->type](rows, w->row_bytes, r1 - r0, x, cols, T, y, w->rows);
@@ -84,23 +85,18 @@ static void mm_set_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* Quantizes the input rows once for every activation type the set needs. */
+/* Quantizes the input rows once for the whole set (fast lane). */
 typedef struct quant_ctx {
     cpu_backend *b;
     const float *x;
     int T;
     int64_t cols;
-    bool need_k, need_0;
     _Alignas(64) atomic_int next; /* next unclaimed token */
 } quant_ctx;
 
 static void quantize_tokens(const quant_ctx *c, int t0, int t1) {
-    cpu_backend *b = c->b;
-    for (int t = t0; t < t1; t++) {
-        const float *xt = c->x + (int64_t)t * c->cols;
-        if (c->need_k) b->k->quantize_q8_K(xt, (void *)quantized_input(b, MU_TYPE_Q8_K, t, c->cols), c->cols);
-        if (c->need_0) b->k->quantize_q8_0(xt, (void *)quantized_input(b, MU_TYPE_Q8_0, t, c->cols), c->cols);
-    }
+    for (int t = t0; t < t1; t++)
+        c->b->k->quantize_act(c->x + (int64_t)t * c->cols, quantized_input(c->b, t, c->cols), c->cols);
 }
 
 static void quant_worker(void *ctx, int ith, int nth) {
@@ -110,15 +106,10 @@ static void quant_worker(void *ctx, int ith, int nth) {
 }
 
 static void quantize_inputs(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int64_t cols) {
-    if (b->cfg.lane != MUSER_LANE_FAST) return;
-    quant_ctx c = {b, x, T, cols, false, false, 0};
-    for (int j = 0; j < n_jobs; j++) {
-        if (!b->k->matvec_q8[jobs[j].w->type]) continue;
-        const uint32_t a = mu_cpu_act_type(jobs[j].w->type);
-        c.need_k |= a == MU_TYPE_Q8_K;
-        c.need_0 |= a == MU_TYPE_Q8_0;
-    }
-    if (!c.need_k && !c.need_0) return;
+    bool need = false;
+    for (int j = 0; j < n_jobs; j++) need |= fast_job(b, jobs[j].w);
+    if (!need) return;
+    quant_ctx c = {b, x, T, cols, 0};
     PROF_BEGIN(b);
     if (T >= 8) mu_pool_run_elastic(b->pool, quant_worker, &c);
     else quantize_tokens(&c, 0, T);

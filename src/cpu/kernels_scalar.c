@@ -49,130 +49,152 @@ static void matvec_f32_F32(const void *w, uint64_t rb, int64_t nr, const float *
     }
 }
 
-/* ---- fast lane: integer dot products against Q8 activations ----------- */
+/* ---- fast lane: integer dot products against int8 activations ----------
+ * Activations are fast-lane rows (kernels.h): int8 in groups of 16, scale
+ * d[g] per group, ds[g] = d[g] * sum(qs of g). Per group: an exact integer
+ * dot product (with the weight's integer sub-scale folded in), times the
+ * group's activation scale; per block, times the weight's block scale. */
 
-/* Q4_K x Q8_K: per sub-block j (32 weights), sum(q4*q8) scaled by the 6-bit
- * scale; the min term uses the activation group sums (bsums). */
-static void matvec_q8_Q4_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+/* Q4_K/Q5_K: sub-block j (32 weights) = groups 2j, 2j+1; the min term is
+ * dmin * m_j * (ds[2j] + ds[2j+1]). */
+static void matvec_q8_k4(uint32_t type, const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
     const int64_t nb = n / MU_QK_K;
-    const mu_block_q8_K *a = xq;
+    const int8_t *aq = xq;
+    const float *ad = mu_act_d(xq, n), *ads = mu_act_ds(xq, n);
+    const bool q5 = type == MU_TYPE_Q5_K;
     for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q4_K *b = (const mu_block_q4_K *)((const uint8_t *)w + (uint64_t)r * rb);
+        const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb;
         float sum = 0.0f;
         for (int64_t i = 0; i < nb; i++) {
-            int32_t sumi = 0, summ = 0;
+            const mu_block_q4_K *b4 = (const mu_block_q4_K *)row + i;
+            const mu_block_q5_K *b5 = (const mu_block_q5_K *)row + i;
+            const uint8_t *qs = q5 ? b5->qs : b4->qs, *scales = q5 ? b5->scales : b4->scales;
+            const uint16_t d16 = q5 ? b5->d : b4->d, dmin16 = q5 ? b5->dmin : b4->dmin;
+            float isum = 0.0f, summ = 0.0f;
             for (int j = 0; j < 8; j++) {
                 uint8_t sc, m;
-                mu_get_scale_min_k4(j, b[i].scales, &sc, &m);
-                const uint8_t *q = b[i].qs + 32 * (j / 2);
-                const int8_t *q8 = a[i].qs + 32 * j;
-                int32_t s = 0;
-                for (int l = 0; l < 32; l++) s += (j & 1 ? q[l] >> 4 : q[l] & 0xF) * q8[l];
-                sumi += sc * s;
-                summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
-            }
-            sum += mu_f16_to_f32(b[i].d) * a[i].d * (float)sumi - mu_f16_to_f32(b[i].dmin) * a[i].d * (float)summ;
-        }
-        y[r] = sum;
-    }
-}
-
-static void matvec_q8_Q5_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    const int64_t nb = n / MU_QK_K;
-    const mu_block_q8_K *a = xq;
-    for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q5_K *b = (const mu_block_q5_K *)((const uint8_t *)w + (uint64_t)r * rb);
-        float sum = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            int32_t sumi = 0, summ = 0;
-            for (int j = 0; j < 8; j++) {
-                uint8_t sc, m;
-                mu_get_scale_min_k4(j, b[i].scales, &sc, &m);
-                const uint8_t *q = b[i].qs + 32 * (j / 2);
-                const int8_t *q8 = a[i].qs + 32 * j;
-                int32_t s = 0;
-                for (int l = 0; l < 32; l++) {
-                    int v = (j & 1 ? q[l] >> 4 : q[l] & 0xF) | (((b[i].qh[l] >> j) & 1) << 4);
-                    s += v * q8[l];
+                mu_get_scale_min_k4(j, scales, &sc, &m);
+                for (int h = 0; h < 2; h++) {
+                    int32_t s = 0;
+                    for (int l = 16 * h; l < 16 * h + 16; l++) {
+                        int v = j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 0xF;
+                        if (q5) v |= ((b5->qh[l] >> j) & 1) << 4;
+                        s += v * aq[i * MU_QK_K + 32 * j + l];
+                    }
+                    isum += ad[16 * i + 2 * j + h] * (float)(sc * s);
                 }
-                sumi += sc * s;
-                summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+                summ += (float)m * (ads[16 * i + 2 * j] + ads[16 * i + 2 * j + 1]);
             }
-            sum += mu_f16_to_f32(b[i].d) * a[i].d * (float)sumi - mu_f16_to_f32(b[i].dmin) * a[i].d * (float)summ;
+            sum += mu_f16_to_f32(d16) * isum - mu_f16_to_f32(dmin16) * summ;
         }
         y[r] = sum;
     }
 }
 
-/* Q6_K x Q8_K: sixteen groups of 16 with signed int8 scales, values q-32. */
+static void matvec_q8_Q4_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+    matvec_q8_k4(MU_TYPE_Q4_K, w, rb, nr, xq, n, y);
+}
+static void matvec_q8_Q5_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+    matvec_q8_k4(MU_TYPE_Q5_K, w, rb, nr, xq, n, y);
+}
+
+/* Q6_K: sixteen groups of 16 with signed int8 scales; values are taken as
+ * unsigned 0..63 and the -32 goes through ds:
+ *   sum (q-32)*a*sc*da = sum q*a*sc*da - 32*sc*ds. */
 static void matvec_q8_Q6_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
     const int64_t nb = n / MU_QK_K;
-    const mu_block_q8_K *a = xq;
+    const int8_t *aq = xq;
+    const float *ad = mu_act_d(xq, n), *ads = mu_act_ds(xq, n);
     for (int64_t r = 0; r < nr; r++) {
         const mu_block_q6_K *b = (const mu_block_q6_K *)((const uint8_t *)w + (uint64_t)r * rb);
         float sum = 0.0f;
         for (int64_t i = 0; i < nb; i++) {
-            int8_t q6[256];
+            uint8_t q6[256];
             for (int h = 0; h < 2; h++) {
                 const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
-                int8_t *o = q6 + 128 * h;
+                uint8_t *o = q6 + 128 * h;
                 for (int l = 0; l < 32; l++) {
-                    o[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                    o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                    o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                    o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                    o[l] = (uint8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+                    o[l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+                    o[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                    o[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
                 }
             }
-            int32_t sumi = 0;
+            float isum = 0.0f, corr = 0.0f;
             for (int g = 0; g < 16; g++) {
                 int32_t s = 0;
-                for (int l = 0; l < 16; l++) s += q6[16 * g + l] * a[i].qs[16 * g + l];
-                sumi += b[i].scales[g] * s;
+                for (int l = 0; l < 16; l++) s += q6[16 * g + l] * aq[i * MU_QK_K + 16 * g + l];
+                isum += ad[16 * i + g] * (float)(b[i].scales[g] * s);
+                corr += (float)b[i].scales[g] * ads[16 * i + g];
             }
-            sum += mu_f16_to_f32(b[i].d) * a[i].d * (float)sumi;
+            sum += mu_f16_to_f32(b[i].d) * (isum - 32.0f * corr);
+        }
+        y[r] = sum;
+    }
+}
+
+/* Q8_0 / Q4_0: each 32-weight block spans activation groups 2i and 2i+1. */
+static void matvec_q8_32(uint32_t type, const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+    const int64_t nb = n / 32;
+    const int8_t *aq = xq;
+    const float *ad = mu_act_d(xq, n);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb;
+        float sum = 0.0f;
+        for (int64_t i = 0; i < nb; i++) {
+            int32_t s[2] = {0, 0};
+            uint16_t d16;
+            if (type == MU_TYPE_Q8_0) {
+                const mu_block_q8_0 *b = (const mu_block_q8_0 *)row + i;
+                for (int l = 0; l < 32; l++) s[l / 16] += b->qs[l] * aq[32 * i + l];
+                d16 = b->d;
+            } else {
+                const mu_block_q4_0 *b = (const mu_block_q4_0 *)row + i;
+                for (int l = 0; l < 16; l++) {
+                    s[0] += ((b->qs[l] & 0xF) - 8) * aq[32 * i + l];
+                    s[1] += ((b->qs[l] >> 4) - 8) * aq[32 * i + l + 16];
+                }
+                d16 = b->d;
+            }
+            sum += mu_f16_to_f32(d16) * (ad[2 * i] * (float)s[0] + ad[2 * i + 1] * (float)s[1]);
         }
         y[r] = sum;
     }
 }
 
 static void matvec_q8_Q8_0(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    const int64_t nb = n / 32;
-    const mu_block_q8_0 *a = xq;
-    for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q8_0 *b = (const mu_block_q8_0 *)((const uint8_t *)w + (uint64_t)r * rb);
-        float sum = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++) s += b[i].qs[l] * a[i].qs[l];
-            sum += mu_f16_to_f32(b[i].d) * mu_f16_to_f32(a[i].d) * (float)s;
-        }
-        y[r] = sum;
-    }
+    matvec_q8_32(MU_TYPE_Q8_0, w, rb, nr, xq, n, y);
 }
-
 static void matvec_q8_Q4_0(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    const int64_t nb = n / 32;
-    const mu_block_q8_0 *a = xq;
-    for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q4_0 *b = (const mu_block_q4_0 *)((const uint8_t *)w + (uint64_t)r * rb);
-        float sum = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            int32_t s = 0;
-            for (int l = 0; l < 16; l++) {
-                s += ((b[i].qs[l] & 0xF) - 8) * a[i].qs[l];
-                s += ((b[i].qs[l] >> 4) - 8) * a[i].qs[l + 16];
-            }
-            sum += mu_f16_to_f32(b[i].d) * mu_f16_to_f32(a[i].d) * (float)s;
-        }
-        y[r] = sum;
-    }
+    matvec_q8_32(MU_TYPE_Q4_0, w, rb, nr, xq, n, y);
 }
 
-static void quantize_q8_K(const float *x, void *dst, int64_t n) {
-    mu_type_get(MU_TYPE_Q8_K)->quant_row(x, dst, n);
-}
-static void quantize_q8_0(const float *x, void *dst, int64_t n) {
-    mu_type_get(MU_TYPE_Q8_0)->quant_row(x, dst, n);
+/* The fast-lane quantizer (kernels.h): per group of 16, iscale = 127/amax,
+ * q = nearest-even(x * iscale) (lrintf in the default rounding mode, as
+ * cvtps2dq does), d = 1/iscale, ds = d * sum(q). */
+static void quantize_act(const float *x, void *dst, int64_t n) {
+    int8_t *qs = dst;
+    float *d = (float *)mu_act_d(dst, n), *ds = (float *)mu_act_ds(dst, n);
+    for (int64_t g = 0; g < n / MU_ACT_GROUP; g++) {
+        const float *xg = x + g * MU_ACT_GROUP;
+        float amax = 0.0f;
+        for (int i = 0; i < MU_ACT_GROUP; i++) amax = fmaxf(amax, fabsf(xg[i]));
+        if (amax == 0.0f) {
+            memset(qs + g * MU_ACT_GROUP, 0, MU_ACT_GROUP);
+            d[g] = ds[g] = 0.0f;
+            continue;
+        }
+        const float iscale = 127.0f / amax;
+        int sum = 0;
+        for (int i = 0; i < MU_ACT_GROUP; i++) {
+            long q = lrintf(xg[i] * iscale);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            qs[g * MU_ACT_GROUP + i] = (int8_t)q;
+            sum += (int)q;
+        }
+        d[g] = 1.0f / iscale;
+        ds[g] = d[g] * (float)sum;
+    }
 }
 
 /* ---- prefill: one matvec per token -------------------------------------- */
@@ -292,8 +314,7 @@ const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
     k->matmul_q8[MU_TYPE_Q4_K] = matmul_q8_Q4_K;
     k->matmul_q8[MU_TYPE_Q5_K] = matmul_q8_Q5_K;
     k->matmul_q8[MU_TYPE_Q6_K] = matmul_q8_Q6_K;
-    k->quantize_q8_K = quantize_q8_K;
-    k->quantize_q8_0 = quantize_q8_0;
+    k->quantize_act = quantize_act;
     k->cvt_f16 = cvt_f16;
     k->attn_scores = attn_scores;
     k->attn_pv = attn_pv;
@@ -306,11 +327,10 @@ const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
     return k;
 }
 
-uint32_t mu_cpu_act_type(uint32_t weight_type) {
+bool mu_cpu_fast_type(uint32_t weight_type) {
     switch (weight_type) {
-    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: return MU_TYPE_Q8_K;
-    case MU_TYPE_Q8_0: case MU_TYPE_Q4_0: return MU_TYPE_Q8_0;
-    default: return MU_TYPE_F32;
+    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: case MU_TYPE_Q8_0: case MU_TYPE_Q4_0: return true;
+    default: return false;
     }
 }
 

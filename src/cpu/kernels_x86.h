@@ -12,7 +12,10 @@
  * 32-byte chunk; Q5_K: plus the fifth bit; Q6_K: 6-bit values 0..63) with a
  * vector of 16-bit group scales per unit. Per unit:
  *     isum += dpwssd(maddubs(q_u8, a_s8), scales)
- * and per block y += d*da*isum - dmin*da*sum(mins * bsums). Q6_K's -32
+ * Dword lane l of isum holds bytes 4l..4l+3 of the unit, so it lies in
+ * activation group 4u + l/4 and takes that group's scale; per block
+ *     y += d * sum_u float(isum_u) * da_u  -  sum_g mins_g * ds_g
+ * where ds_g = da_g * sum(a of g) comes with the activations. Q6_K's -32
  * offset is the "min" term with mins = 32*scales and dmin = d.
  *
  * Prefill. The fast-lane matmul unpacks each weight block once per tile of
@@ -306,25 +309,27 @@ MU_INLINE uint64_t kq_block_bytes(int fmt) {
     return fmt == KQ_Q4_K ? sizeof(mu_block_q4_K) : fmt == KQ_Q5_K ? sizeof(mu_block_q5_K) : sizeof(mu_block_q6_K);
 }
 
-/* Per token and block of Q8_K activations: da = its scale, and
- * yb[16] = da * bsums[g], so a block's min term is one 16-lane FMA with
- * the weight's per-group mins (which differ per row, the y per token). */
+/* The activation side of a tile: token rows (fast-lane rows, kernels.h) and,
+ * per token and block, each unit's 16 lane scales da (d of the lane's
+ * group), spread once per token tile and shared by every row. */
 typedef struct kq_tokens {
-    const uint8_t *a0; /* token 0's first block */
-    uint64_t stride;   /* bytes between tokens */
-    int64_t nb;        /* blocks per token */
-    float *da;         /* [nt][nb] */
-    float *yb;         /* [nt][nb][16] */
+    const uint8_t *a0; /* token 0's row */
+    uint64_t stride;   /* bytes between token rows */
+    int64_t n;         /* row length */
+    int64_t b0, nb;    /* the column segment: first block, blocks */
+    float *da;         /* [nt][nb][4 units][16] */
 } kq_tokens;
 
 static void kq_tokens_prep(kq_tokens *tk, int nt) {
-    for (int t = 0; t < nt; t++)
+    for (int t = 0; t < nt; t++) {
+        const float *d = mu_act_d(tk->a0 + (uint64_t)t * tk->stride, tk->n) + 16 * tk->b0;
         for (int64_t i = 0; i < tk->nb; i++) {
-            const mu_block_q8_K *a = (const mu_block_q8_K *)(tk->a0 + t * tk->stride) + i;
-            tk->da[t * tk->nb + i] = a->d;
-            const vf bs = vf_from_i32(vi_from_s16x16(_mm256_loadu_si256((const __m256i *)a->bsums)));
-            vf_store(tk->yb + (t * tk->nb + i) * 16, vf_mul(bs, vf_set1(a->d)));
+            const vf dv = vf_load(d + 16 * i);
+            float *o = tk->da + (t * tk->nb + i) * 64;
+            MU_UNROLL(4)
+            for (int c = 0; c < 4; c++) vf_store(o + 16 * c, vf_spread4x4(dv, 4 * c));
         }
+    }
 }
 
 /* A register tile of one weight row x nt tokens: out[t] = row . token t.
@@ -344,14 +349,18 @@ MU_INLINE void kq_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
         const vf d = vf_set1(u.d), mins = vf_mul(vf_from_i32(vi_from_s16x16(u.mins)), vf_set1(u.dmin));
         MU_UNROLL(8)
         for (int t = 0; t < nt; t++) {
-            const int64_t ti = (int64_t)t * tk->nb + i;
-            const int8_t *aq = ((const mu_block_q8_K *)(tk->a0 + (uint64_t)t * tk->stride) + i)->qs;
-            vi isum = vi_zero();
+            const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
+            const int8_t *aq = (const int8_t *)arow + (tk->b0 + i) * MU_QK_K;
+            const float *da = tk->da + (t * tk->nb + i) * 64;
+            vf p = vf_zero();
             MU_UNROLL(4)
-            for (int c = 0; c < 4; c++) isum = vi_dpwssd(isum, vi_maddubs(u.q[c], vi_load(aq + 64 * c)), u.sc[c]);
-            /* d*da*isum - sum_g mins_g * da*bsums_g */
-            acc[t] = vf_fma(vf_mul(vf_from_i32(isum), d), vf_bcast(tk->da + ti), acc[t]);
-            acc[t] = vf_sub(acc[t], vf_mul(mins, vf_load(tk->yb + ti * 16)));
+            for (int c = 0; c < 4; c++) {
+                const vi isum = vi_dpwssd(vi_zero(), vi_maddubs(u.q[c], vi_load(aq + 64 * c)), u.sc[c]);
+                p = vf_fma(vf_from_i32(isum), vf_load(da + 16 * c), p);
+            }
+            /* d * sum(isum * da) - sum_g mins_g * ds_g */
+            acc[t] = vf_fma(p, d, acc[t]);
+            acc[t] = vf_sub(acc[t], vf_mul(mins, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i))));
         }
     }
     for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]);
@@ -371,14 +380,14 @@ MU_INLINE void kq_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64
 /* Decode and prefill alike. Rows go in tiles that stay in L2 while every
  * token tile of KQ_NT runs over them (a ragged token tail one at a time).
  * Columns go in segments: in prefill short ones, so a token tile's
- * activations stay in L1 across the rows (16 blocks x 4 tokens = 18 KiB);
+ * activations stay in L1 across the rows (16 blocks x 4 tokens = 16 KiB);
  * in decode long ones, so each row streams from memory in one run. */
 #define KQ_SEG_PREFILL 16
 #define KQ_SEG_DECODE 96
 
 MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
                          int64_t T, float *y, int64_t ldy) {
-    float da[KQ_NT * KQ_SEG_DECODE], yb[KQ_NT * KQ_SEG_DECODE * 16];
+    float da[(KQ_NT * KQ_SEG_PREFILL > KQ_SEG_DECODE ? KQ_NT * KQ_SEG_PREFILL : KQ_SEG_DECODE) * 64];
     const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
     const int64_t seg = T >= KQ_NT ? KQ_SEG_PREFILL : KQ_SEG_DECODE;
     int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
@@ -390,8 +399,7 @@ MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const 
             const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
             for (int64_t t = 0; t < T;) {
                 const int nt = T - t >= KQ_NT ? KQ_NT : 1;
-                kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb + (uint64_t)b0 * sizeof(mu_block_q8_K), xb, nb,
-                                da, yb};
+                kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb, da};
                 kq_tokens_prep(&tk, nt);
                 if (nt == KQ_NT) kq_rows(fmt, wseg, rb, r0, r1, &tk, KQ_NT, y + t * ldy, ldy, b0 > 0);
                 else kq_rows(fmt, wseg, rb, r0, r1, &tk, 1, y + t * ldy, ldy, b0 > 0);
@@ -505,8 +513,9 @@ EXACT_KQUANT_MATVEC(q4_K, KQ_Q4_K)
 EXACT_KQUANT_MATVEC(q5_K, KQ_Q5_K)
 EXACT_KQUANT_MATVEC(q6_K, KQ_Q6_K)
 
-/* ---- fast lane, 32-element formats (Q8_0 activations) --------------------
- * One ymm per block: signed bytes times signed bytes (s8_dot32). */
+/* ---- fast lane, 32-element formats ---------------------------------------
+ * One ymm per block: signed bytes times signed bytes (s8_dot32); its int32
+ * lanes 0-3 cover activation group 2i and lanes 4-7 group 2i+1. */
 
 MU_INLINE __m256i q32_weights_q8_0(const mu_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
 MU_INLINE __m256i q32_weights_q4_0(const mu_block_q4_0 *b) {
@@ -515,17 +524,25 @@ MU_INLINE __m256i q32_weights_q4_0(const mu_block_q4_0 *b) {
     return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
 }
 
+/* [d[0] x4, d[1] x4] */
+MU_INLINE __m256 act_scales_2x4(const float *d) {
+    const __m256 two = _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d)));
+    return _mm256_permutevar8x32_ps(two, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
 #define FAST_32(fmt, block_t)                                                                                    \
     static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
         const int64_t nb = n / 32;                                                                             \
-        const mu_block_q8_0 *a = xq;                                                                           \
+        const int8_t *aq = xq;                                                                                 \
+        const float *ad = mu_act_d(xq, n);                                                                     \
         for (int64_t r = 0; r < nr; r++) {                                                                     \
             const block_t *b = (const block_t *)((const uint8_t *)w + (uint64_t)r * rb);                       \
             __m256 acc = _mm256_setzero_ps();                                                                  \
             for (int64_t i = 0; i < nb; i++) {                                                                 \
                 if (!(i & 1)) prefetch_span(&b[i], 2 * sizeof(block_t));                                      \
-                const __m256i p = s8_dot32(q32_weights_##fmt(&b[i]), _mm256_loadu_si256((const __m256i *)a[i].qs)); \
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16f(b[i].d) * f16f(a[i].d)), acc);  \
+                const __m256i p = s8_dot32(q32_weights_##fmt(&b[i]), _mm256_loadu_si256((const __m256i *)(aq + 32 * i))); \
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                                   \
+                                      _mm256_mul_ps(act_scales_2x4(ad + 2 * i), _mm256_set1_ps(f16f(b[i].d))), acc); \
             }                                                                                                  \
             y[r] = hsum256(acc);                                                                               \
         }                                                                                                      \
@@ -638,56 +655,25 @@ EXACT_MATMUL(q5_K, MU_QK_K, sizeof(mu_block_q5_K))
 EXACT_MATMUL(q6_K, MU_QK_K, sizeof(mu_block_q6_K))
 
 /* =====================================================================
- * Activation quantizers: bit-identical to the scalar rules in quant/. */
-
-/* Q8_K: max = the signed x of largest |x| (first wins), iscale = -127/max,
- * q = nearest-even(iscale*x) (the default rounding of cvtps2dq), d = 1/iscale. */
-static void quantize_q8_K(const float *x, void *dst, int64_t n) {
-    mu_block_q8_K *out = dst;
-    for (int64_t b = 0; b < n / MU_QK_K; b++, x += MU_QK_K) {
-        mu_block_q8_K *o = &out[b];
-        vf amax = vf_zero();
-        for (int g = 0; g < 16; g++) amax = vf_max(amax, vf_abs(vf_load(x + 16 * g)));
-        const float am = vf_hmax(amax);
-        if (am == 0.0f) {
-            memset(o, 0, sizeof *o);
+ * The fast-lane activation quantizer: bit-identical to the scalar rule
+ * (kernels.h): iscale = 127/amax per group of 16, q = nearest-even (the
+ * default rounding of cvtps2dq), d = 1/iscale, ds = d * sum(q). */
+static void quantize_act(const float *x, void *dst, int64_t n) {
+    int8_t *qs = dst;
+    float *d = (float *)mu_act_d(dst, n), *ds = (float *)mu_act_ds(dst, n);
+    for (int64_t g = 0; g < n / MU_ACT_GROUP; g++) {
+        const vf v = vf_load(x + 16 * g);
+        const float amax = vf_hmax(vf_abs(v));
+        if (amax == 0.0f) {
+            memset(qs + 16 * g, 0, 16);
+            d[g] = ds[g] = 0.0f;
             continue;
         }
-        float max = 0.0f;
-        for (int g = 0; g < 16; g++) {
-            const unsigned hit = vf_eq_mask(vf_abs(vf_load(x + 16 * g)), am);
-            if (hit) {
-                max = x[16 * g + __builtin_ctz(hit)];
-                break;
-            }
-        }
-        const float iscale = -127.0f / max;
-        const vf is = vf_set1(iscale);
-        for (int g = 0; g < 16; g++) {
-            const vi q = vf_to_i32(vf_mul(is, vf_load(x + 16 * g)));
-            _mm_storeu_si128((__m128i *)(o->qs + 16 * g), vi_pack_s8(q));
-            o->bsums[g] = (int16_t)vi_hsum32(q);
-        }
-        o->d = 1.0f / iscale;
-    }
-}
-
-/* Q8_0: d = amax/127, q = roundf(x * (1/d)): half away from zero, done as
- * trunc plus sign where the dropped fraction is at least one half. */
-static void quantize_q8_0(const float *x, void *dst, int64_t n) {
-    mu_block_q8_0 *out = dst;
-    for (int64_t b = 0; b < n / 32; b++, x += 32) {
-        const vf x0 = vf_load(x), x1 = vf_load(x + 16);
-        const float amax = vf_hmax(vf_max(vf_abs(x0), vf_abs(x1)));
-        const float d = amax / 127.0f;
-        const vf inv = vf_set1(d != 0.0f ? 1.0f / d : 0.0f);
-        for (int h = 0; h < 2; h++) {
-            const vf v = vf_mul(h ? x1 : x0, inv);
-            const vf t = vf_round_trunc(v);
-            const vi q = vf_to_i32(vf_copysign1_if_half(t, vf_sub(v, t), v));
-            _mm_storeu_si128((__m128i *)(out[b].qs + 16 * h), vi_pack_s8(q));
-        }
-        out[b].d = f16_saturated(d);
+        const float iscale = 127.0f / amax;
+        const vi q = vf_to_i32(vf_mul(v, vf_set1(iscale)));
+        _mm_storeu_si128((__m128i *)(qs + 16 * g), vi_pack_s8(q));
+        d[g] = 1.0f / iscale;
+        ds[g] = d[g] * (float)vi_hsum32(q);
     }
 }
 
@@ -889,8 +875,7 @@ static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     k->matmul_q8[MU_TYPE_Q4_K] = matmul_q8_q4_K;
     k->matmul_q8[MU_TYPE_Q5_K] = matmul_q8_q5_K;
     k->matmul_q8[MU_TYPE_Q6_K] = matmul_q8_q6_K;
-    k->quantize_q8_K = quantize_q8_K;
-    k->quantize_q8_0 = quantize_q8_0;
+    k->quantize_act = quantize_act;
     k->cvt_f16 = cvt_f16;
     k->attn_scores = attn_scores;
     k->attn_pv = attn_pv;

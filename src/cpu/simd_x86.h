@@ -296,6 +296,7 @@ MU_INLINE vi vi_sll16_halves(vi a, int s_lo, int s_hi) {
 MU_INLINE vi vi_maddubs(vi u, vi s) { return VI2(_mm256_maddubs_epi16(u.lo, s.lo), _mm256_maddubs_epi16(u.hi, s.hi)); }
 MU_INLINE vi vi_madd16(vi a, vi b) { return VI2(_mm256_madd_epi16(a.lo, b.lo), _mm256_madd_epi16(a.hi, b.hi)); }
 MU_INLINE vi vi_dpwssd(vi acc, vi a, vi b) { return vi_add32(acc, vi_madd16(a, b)); }
+
 MU_INLINE int32_t vi_hsum32(vi a) {
     __m256i s = _mm256_add_epi32(a.lo, a.hi);
     __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
