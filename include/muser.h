@@ -53,6 +53,11 @@ typedef struct muser_model_info {
 } muser_model_info;
 
 int muser_model_load(const char *path, muser_model **out);
+/* Loads only the tokenizer of any GGUF (a vocab-only file, or a full model
+ * whose weights are then not bound). Such a model serves the text
+ * functions below; muser_session_new refuses it. Fails if the file has no
+ * tokenizer. */
+int muser_model_load_vocab(const char *path, muser_model **out);
 void muser_model_free(muser_model *model);
 void muser_model_get_info(const muser_model *model, muser_model_info *info);
 
@@ -114,33 +119,81 @@ void muser_session_reset(muser_session *s);
  * covers it; the session is then unchanged. */
 int muser_session_truncate(muser_session *s, int pos);
 
+/* Makes the session hold exactly tokens[0..n): keeps the longest common
+ * prefix of what it holds (truncating the rest; a sliding ring that cannot
+ * rewind falls back to a full re-feed), then feeds the remaining tokens
+ * with last-position logits. *reused (may be NULL) receives the number of
+ * tokens kept. Prompt caching for chat and the server. */
+int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused);
+/* Ring checkpoints: sliding-window rings forget old positions, so rewinding
+ * to an earlier prompt would need a full re-prefill. With max > 0 the
+ * session keeps up to max checkpoints (a copy of the rings taken after each
+ * muser_session_sync prompt, most recent first) and sync restores the
+ * newest one that the new prompt extends. Default 0 (off). */
+void muser_session_set_checkpoints(muser_session *s, int max);
+
+/* The tokens the session holds (muser_session_pos of them). */
+const muser_token *muser_session_tokens(const muser_session *s);
+
+/* Bytes the next decoded token reads: every weight byte plus the KV rows
+ * visible at the current position (the session's cache type). */
+uint64_t muser_session_bytes_per_token(const muser_session *s);
+
+/* A string metadata value of the model file (e.g. "tokenizer.chat_template");
+ * NULL when absent or not a string. The pointer stays valid with the model;
+ * *len receives the length (the value is not NUL-terminated). */
+const char *muser_model_meta_str(const muser_model *model, const char *key, size_t *len);
+
 /* ---- text ------------------------------------------------------------------ */
 
 /* Tokenize UTF-8 text. add_bos follows the caller (use muser_vocab_add_bos
  * for the file's choice). Returns the number of tokens, or a negative
  * status; if it exceeds cap, nothing beyond cap is written and the full
- * count is returned so the caller can retry. */
+ * count is returned so the caller can retry. parse_special: control tokens
+ * written in the text (e.g. "<|eot|>") become their ids; user-defined
+ * tokens (Muse Glimmer's <|start|>, <|message|>) are matched either way.
+ * Any bytes are accepted: with byte-level BPE, ill-formed UTF-8 comes out
+ * as the byte tokens of those bytes (so decoding gives back the input);
+ * with SentencePiece vocabularies, as <0xXX> byte tokens. Thread-safe: a
+ * model's tokenizer is read-only. */
 int muser_tokenize(const muser_model *model, const char *text, size_t len, bool add_bos,
                    bool parse_special, muser_token *out, int cap);
 
+/* Vocabulary queries; without a tokenizer: false, -1, false, 0. The
+ * end-of-generation set is llama.cpp's (EOS, EOT, texts such as
+ * <|end_of_text|> or <|eot_id|>) except that tokenizer.ggml.eom_token_id
+ * alone does not make a token final: Muse Glimmer stops on {200001,
+ * 200008}, never on <|eom|> 200007. */
 bool muser_vocab_add_bos(const muser_model *model);
 muser_token muser_vocab_bos(const muser_model *model);
 muser_token muser_vocab_eos(const muser_model *model);
 bool muser_vocab_is_eog(const muser_model *model, muser_token t);
 int muser_vocab_size(const muser_model *model);
 
-/* The raw bytes a token stands for (special tokens: their text when
- * show_special, else nothing). Returns the byte count written or needed. */
+/* The raw bytes a token stands for (control tokens: their text when
+ * show_special, else nothing; user-defined tokens: always their text).
+ * Returns the byte count; the bytes are written only when it is <= cap.
+ * A piece may be part of a UTF-8 sequence: use the detokenizer for text.
+ * No leading-space handling (see muser_detok_*). */
 int muser_token_to_bytes(const muser_model *model, muser_token t, bool show_special,
                          char *buf, int cap);
 
-/* Streaming detokenizer: emits only complete UTF-8 sequences. */
+/* Streaming detokenizer: emits only complete UTF-8 sequences, so its
+ * output is always valid UTF-8. An incomplete sequence at the end is held
+ * back until later tokens complete it; bytes that cannot become valid come
+ * out at once as U+FFFD (one per maximal ill-formed subpart). For
+ * SentencePiece vocabularies with add_space_prefix, the first text of the
+ * stream loses one leading space (the tokenizer's prefix), BOS or not. A
+ * detokenizer starts a text: to continue one, push its earlier tokens.
+ * NULL if the model has no tokenizer. */
 typedef struct muser_detok muser_detok;
 muser_detok *muser_detok_new(const muser_model *model, bool show_special);
 /* Appends the token; returns a NUL-terminated string of newly completed
- * text (valid until the next call), possibly "". */
+ * text (valid until the next call), possibly "" (text holding a NUL byte
+ * ends there early). An id outside the vocabulary adds nothing (and sets
+ * muser_last_error). */
 const char *muser_detok_push(muser_detok *d, muser_token t);
-/* Whatever is left (invalid trailing bytes become U+FFFD). */
+/* Whatever is left (an incomplete trailing sequence becomes U+FFFD). */
 const char *muser_detok_flush(muser_detok *d);
 void muser_detok_free(muser_detok *d);
 
@@ -192,6 +245,41 @@ typedef struct muser_chat_options {
  * MUSER_EINVAL with a message in muser_last_error(). */
 int muser_chat_render(const char *messages_json, const char *tools_json,
                       const muser_chat_options *opt, char **out);
+
+/* Output parsing: the generated text after the prompt's `<|start|>assistant`
+ * split into reasoning (to=self), the visible answer (to=user) and ATEM
+ * tool calls. Fed incrementally; tags never reach the answer text. */
+typedef struct muser_chat_tool_call {
+    char *name;
+    char *arguments; /* a JSON object, compact; parameters typed by the tool's schema */
+    bool complete;   /* false: the output ended inside this call */
+} muser_chat_tool_call;
+
+/* What one feed made safe to show. Pointers stay valid until the next call
+ * on the parser. Text deltas end on whole UTF-8 sequences (until finish). */
+typedef struct muser_chat_delta {
+    const char *reasoning;
+    size_t reasoning_len;
+    const char *content;
+    size_t content_len;
+    const muser_chat_tool_call *calls; /* calls completed by this feed */
+    int n_calls;
+} muser_chat_delta;
+
+typedef struct muser_chat_result {
+    const char *reasoning; /* "" when none */
+    const char *content;   /* "" when none */
+    const muser_chat_tool_call *calls;
+    int n_calls;
+    bool truncated; /* the text ended inside a header or a tool call */
+} muser_chat_result;
+
+typedef struct muser_chat_parser muser_chat_parser;
+/* tools_json: the OpenAI tools array (types the call arguments), or NULL. */
+int muser_chat_parser_new(const char *tools_json, muser_chat_parser **out);
+int muser_chat_parser_feed(muser_chat_parser *p, const char *text, size_t len, muser_chat_delta *delta);
+int muser_chat_parser_finish(muser_chat_parser *p, muser_chat_delta *delta, muser_chat_result *result);
+void muser_chat_parser_free(muser_chat_parser *p);
 
 #ifdef __cplusplus
 }

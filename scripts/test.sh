@@ -16,7 +16,7 @@ echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DMUSER_WERROR=ON \
   -DMUSER_SANITIZE=address,undefined -DMUSER_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -LE "cuda|perf")
+(cd build-asan && MUSER_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -LE "cuda|perf")
 
 echo "== fuzzing (bounded)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DMUSER_FUZZ=ON -DMUSER_CUDA=OFF >/dev/null

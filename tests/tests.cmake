@@ -5,8 +5,8 @@ set(MUSER_TEST_DATA "${CMAKE_SOURCE_DIR}/tests/data")
 set(MUSER_DEFAULT_DATA_DIR "${CMAKE_SOURCE_DIR}/../shared")
 
 function(muser_c_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "LABELS" ${ARGN})
-  add_executable(test_${name} tests/test_${name}.c tests/testlib.c)
+  cmake_parse_arguments(T "" "TIMEOUT" "LABELS;SOURCES" ${ARGN})
+  add_executable(test_${name} tests/test_${name}.c tests/testlib.c ${T_SOURCES})
   target_link_libraries(test_${name} PRIVATE muser_core)
   target_include_directories(test_${name} PRIVATE tests)
   target_compile_definitions(test_${name} PRIVATE

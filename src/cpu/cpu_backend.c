@@ -302,6 +302,8 @@ static const mu_backend_ops cpu_ops = {.name = "cpu",
                                        .truncate = cpu_truncate,
                                        .reset = cpu_reset,
                                        .free = cpu_free,
+                                       .checkpoint_save = mu_cpu_checkpoint_save,
+                                       .checkpoint_restore = mu_cpu_checkpoint_restore,
                                        .fill_kv = cpu_fill_kv,
                                        .profile = cpu_profile};
 

@@ -85,4 +85,8 @@ void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const flo
 int mu_cpu_attention(cpu_backend *b, int layer, int T, int pos0, const float *q, float *o);
 size_t mu_cpu_attn_scratch_floats(const mu_hparams *hp);
 
+/* Ring checkpoints (cpu_checkpoint.c). */
+int mu_cpu_checkpoint_save(mu_backend *b, void **blob, size_t *size);
+int mu_cpu_checkpoint_restore(mu_backend *b, const void *blob, size_t size, int pos);
+
 #endif

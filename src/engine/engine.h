@@ -51,6 +51,13 @@ typedef struct mu_backend_ops {
      * returns them ([MU_PROF_COUNT]). */
     int (*fill_kv)(mu_backend *b, int depth, uint64_t seed);
     const mu_prof_entry *(*profile)(mu_backend *b, bool on);
+    /* Ring checkpoints (optional; NULL when the backend never needs them):
+     * save copies every sliding ring (bookkeeping and rows) into a blob;
+     * restore puts the rings back and cuts the growing planes to pos, the
+     * position the blob was saved at. The caller guarantees the growing
+     * planes still hold that prefix. */
+    int (*checkpoint_save)(mu_backend *b, void **blob, size_t *size);
+    int (*checkpoint_restore)(mu_backend *b, const void *blob, size_t size, int pos);
 } mu_backend_ops;
 
 struct mu_backend {

@@ -1,5 +1,6 @@
 /* session.c — the public model and session API (include/muser.h): loading,
  * backend selection, and feeding tokens in chunks of n_batch. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,18 +17,44 @@ struct muser_session {
     int pos;
     float *logits;     /* [logit_rows][n_vocab] */
     int logit_rows, logit_cap;
+    muser_token *history; /* [n_ctx] the tokens held */
+    /* ring checkpoints, most recent first */
+    struct checkpoint {
+        int pos;
+        muser_token *tokens; /* [pos] */
+        float *logits;       /* [n_vocab] after the last token, or NULL */
+        void *blob;
+        size_t size;
+    } *ckpt;
+    int n_ckpt, max_ckpt;
 };
+
+static void drop_checkpoint(struct checkpoint *c) {
+    free(c->tokens);
+    free(c->logits);
+    free(c->blob);
+    memset(c, 0, sizeof *c);
+}
+
+/* Maps path and allocates an empty model for it. */
+static int open_model(const char *path, gguf_file **f, mu_model **m) {
+    *m = NULL;
+    int rc = gguf_open(path, f);
+    if (rc) return rc;
+    *m = calloc(1, sizeof **m);
+    if (!*m) {
+        gguf_close(*f);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
+    return 0;
+}
 
 int muser_model_load(const char *path, muser_model **out) {
     *out = NULL;
     gguf_file *f = NULL;
-    int rc = gguf_open(path, &f);
+    mu_model *m = NULL;
+    int rc = open_model(path, &f, &m);
     if (rc) return rc;
-    mu_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        gguf_close(f);
-        return mu_fail(MUSER_ENOMEM, "out of memory");
-    }
     rc = mu_model_bind(f, m);
     if (!rc) rc = mu_vocab_load(f, m->hp.n_vocab, &m->vocab);
     if (rc) {
@@ -37,6 +64,31 @@ int muser_model_load(const char *path, muser_model **out) {
         return rc;
     }
     *out = m;
+    return 0;
+}
+
+int muser_model_load_vocab(const char *path, muser_model **out) {
+    *out = NULL;
+    gguf_file *f = NULL;
+    mu_model *m = NULL;
+    int rc = open_model(path, &f, &m);
+    if (rc) return rc;
+    m->file = f;
+    gguf_str s;
+    if (gguf_get_str(f, "general.architecture", &s) == 1) gguf_str_copy(s, m->arch_name, sizeof m->arch_name);
+    if (gguf_get_str(f, "general.name", &s) == 1) gguf_str_copy(s, m->name, sizeof m->name);
+    /* A file with weights bounds the vocabulary by its embedding rows. */
+    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
+    int bound = (embd && embd->n_dims == 2 && embd->ne[1] > 0 && embd->ne[1] <= INT32_MAX) ? (int)embd->ne[1] : 0;
+    rc = mu_vocab_load(f, bound, &m->vocab);
+    if (!rc && !m->vocab) rc = mu_fail(MUSER_EFORMAT, "%s: the file has no tokenizer (tokenizer.ggml.* metadata)", path);
+    if (rc) {
+        free(m);
+        gguf_close(f);
+        return rc;
+    }
+    m->hp.n_vocab = bound ? bound : mu_vocab_n_tokens(m->vocab);
+    *out = m; /* layers stay NULL: the mark of a tokenizer-only model */
     return 0;
 }
 
@@ -77,6 +129,10 @@ muser_session_params muser_session_default_params(void) {
 
 int muser_session_new(const muser_model *model, const muser_session_params *params, muser_session **out) {
     *out = NULL;
+    if (!model) return mu_fail(MUSER_EINVAL, "session: model is NULL");
+    if (!model->layers)
+        return mu_fail(MUSER_EINVAL, "the model was loaded with muser_model_load_vocab (tokenizer only) and cannot run; "
+                                     "load it with muser_model_load");
     muser_session_params p = params ? *params : muser_session_default_params();
     const mu_hparams *hp = &model->hp;
     mu_session_config cfg;
@@ -97,6 +153,11 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
 
     muser_session *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(MUSER_ENOMEM, "out of memory");
+    s->history = malloc(sizeof(muser_token) * (size_t)cfg.n_ctx);
+    if (!s->history) {
+        free(s);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
     s->model = model;
     s->cfg = cfg;
     int rc;
@@ -105,18 +166,21 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
     case MUSER_BACKEND_REF: rc = mu_ref_backend_new(model, &cfg, &s->backend); break;
     case MUSER_BACKEND_CUDA: rc = mu_cuda_backend_new(model, &cfg, &s->backend); break;
     case MUSER_BACKEND_AUTO:
+#ifdef MUSER_HAVE_CUDA
         rc = mu_cuda_backend_new(model, &cfg, &s->backend);
         if (rc == 0) {
             p.backend = MUSER_BACKEND_CUDA;
-        } else {
-            mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
-            p.backend = MUSER_BACKEND_CPU;
-            rc = mu_cpu_backend_new(model, &cfg, &s->backend);
+            break;
         }
+        mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
+#endif
+        p.backend = MUSER_BACKEND_CPU;
+        rc = mu_cpu_backend_new(model, &cfg, &s->backend);
         break;
     default: rc = mu_fail(MUSER_EINVAL, "unknown backend %d", (int)p.backend);
     }
     if (rc) {
+        free(s->history);
         free(s);
         return rc;
     }
@@ -128,7 +192,10 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
 void muser_session_free(muser_session *s) {
     if (!s) return;
     if (s->backend) s->backend->ops->free(s->backend);
+    for (int i = 0; i < s->n_ckpt; i++) drop_checkpoint(&s->ckpt[i]);
+    free(s->ckpt);
     free(s->logits);
+    free(s->history);
     free(s);
 }
 
@@ -164,6 +231,7 @@ int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool 
             s->logit_rows = 0;
             return rc;
         }
+        memcpy(s->history + s->pos, tokens + done, sizeof(muser_token) * (size_t)chunk);
         s->pos += chunk;
         done += chunk;
     }
@@ -185,6 +253,9 @@ int muser_session_pos(const muser_session *s) { return s->pos; }
 int muser_session_n_ctx(const muser_session *s) { return s->cfg.n_ctx; }
 
 void muser_session_reset(muser_session *s) {
+    /* Checkpoints need the growing planes' prefix, which a reset discards. */
+    for (int i = 0; i < s->n_ckpt; i++) drop_checkpoint(&s->ckpt[i]);
+    s->n_ckpt = 0;
     s->backend->ops->reset(s->backend);
     s->pos = 0;
     s->logit_rows = 0;
@@ -221,3 +292,104 @@ const mu_prof_entry *mu_session_profile(muser_session *s, bool on) {
 
 const mu_model *mu_session_model(const muser_session *s) { return s->model; }
 const mu_session_config *mu_session_config_of(const muser_session *s) { return &s->cfg; }
+
+void muser_session_set_checkpoints(muser_session *s, int max) {
+    if (max < 0) max = 0;
+    while (s->n_ckpt > max) drop_checkpoint(&s->ckpt[--s->n_ckpt]);
+    struct checkpoint *c = realloc(s->ckpt, sizeof *c * (size_t)(max ? max : 1));
+    if (!c) return;
+    s->ckpt = c;
+    s->max_ckpt = max;
+}
+
+static bool has_rings(const muser_session *s) {
+    for (int l = 0; l < s->model->hp.n_layer; l++)
+        if (s->model->layers[l].is_swa && s->model->hp.n_swa > 0) return true;
+    return false;
+}
+
+/* Restores the newest checkpoint whose tokens are a prefix of both the
+ * session's history and the new prompt tokens[0..n), and that leaves at
+ * least one token to feed unless it also saved the logits. Returns its
+ * position, or -1. */
+static int restore_checkpoint(muser_session *s, const muser_token *tokens, int n) {
+    const size_t V = (size_t)s->model->hp.n_vocab;
+    for (int i = 0; i < s->n_ckpt; i++) {
+        struct checkpoint *c = &s->ckpt[i];
+        if (c->pos > n || c->pos > s->pos || (c->pos == n && !c->logits)) continue;
+        if (memcmp(c->tokens, tokens, sizeof(muser_token) * (size_t)c->pos) != 0) continue;
+        if (memcmp(c->tokens, s->history, sizeof(muser_token) * (size_t)c->pos) != 0) continue;
+        if (s->backend->ops->checkpoint_restore(s->backend, c->blob, c->size, c->pos) != 0) continue;
+        s->pos = c->pos;
+        s->logit_rows = 0;
+        if (c->pos == n) {
+            memcpy(s->logits, c->logits, sizeof(float) * V);
+            s->logit_rows = 1;
+        }
+        return c->pos;
+    }
+    return -1;
+}
+
+static void save_checkpoint(muser_session *s) {
+    if (!s->max_ckpt || !s->backend->ops->checkpoint_save || !has_rings(s)) return;
+    const size_t V = (size_t)s->model->hp.n_vocab;
+    struct checkpoint c = {s->pos, malloc(sizeof(muser_token) * (size_t)(s->pos ? s->pos : 1)), NULL, NULL, 0};
+    if (!c.tokens || s->backend->ops->checkpoint_save(s->backend, &c.blob, &c.size) != 0) {
+        drop_checkpoint(&c);
+        return;
+    }
+    memcpy(c.tokens, s->history, sizeof(muser_token) * (size_t)s->pos);
+    const float *last = muser_session_logits(s);
+    if (last && (c.logits = malloc(sizeof(float) * V))) memcpy(c.logits, last, sizeof(float) * V);
+    if (s->n_ckpt == s->max_ckpt) drop_checkpoint(&s->ckpt[--s->n_ckpt]);
+    memmove(s->ckpt + 1, s->ckpt, sizeof *s->ckpt * (size_t)s->n_ckpt);
+    s->ckpt[0] = c;
+    s->n_ckpt++;
+}
+
+int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused) {
+    if (reused) *reused = 0;
+    if (n <= 0) return mu_fail(MUSER_EINVAL, "empty prompt");
+    if (n > s->cfg.n_ctx)
+        return mu_fail(MUSER_ECONTEXT, "the prompt has %d tokens but the context holds %d", n, s->cfg.n_ctx);
+    int common = 0;
+    while (common < s->pos && common < n && s->history[common] == tokens[common]) common++;
+    if (common == n && s->pos == n && s->logit_rows > 0) { /* already there, logits included */
+        if (reused) *reused = n;
+        return 0;
+    }
+    /* Logits are needed for the last prompt token: re-feed it if it is held. */
+    int keep = common == n ? n - 1 : common;
+    if (keep < s->pos && muser_session_truncate(s, keep) != 0) {
+        /* A ring cannot rewind that far: the newest usable checkpoint, else start over. */
+        int at = restore_checkpoint(s, tokens, n);
+        if (at == n) {
+            if (reused) *reused = n;
+            return 0;
+        }
+        if (at < 0) {
+            muser_session_reset(s);
+            at = 0;
+        }
+        keep = at;
+    }
+    if (reused) *reused = keep;
+    int rc = muser_session_feed(s, tokens + keep, n - keep, false);
+    if (rc == 0) save_checkpoint(s);
+    return rc;
+}
+
+const muser_token *muser_session_tokens(const muser_session *s) { return s->history; }
+
+uint64_t muser_session_bytes_per_token(const muser_session *s) {
+    int elem = s->cfg.kv_type == MUSER_KV_F32 ? 4 : 2;
+    return s->model->weight_bytes_per_token + mu_model_kv_bytes_per_token(s->model, s->pos, elem);
+}
+
+const char *muser_model_meta_str(const muser_model *model, const char *key, size_t *len) {
+    gguf_str v;
+    if (gguf_get_str(model->file, key, &v) != 1) return NULL;
+    if (len) *len = (size_t)v.len;
+    return v.ptr;
+}

@@ -641,3 +641,41 @@ void chat_parser_free(chat_parser *p) {
     free(p->recipient);
     free(p);
 }
+
+/* ---- public wrappers (muser.h) -------------------------------------------- */
+
+struct muser_chat_parser {
+    chat_parser *p;
+};
+
+int muser_chat_parser_new(const char *tools_json, muser_chat_parser **out) {
+    *out = NULL;
+    cJSON *tools = NULL;
+    if (tools_json && *tools_json) {
+        int rc = chat_json_parse(tools_json, strlen(tools_json), &tools);
+        if (rc) return rc;
+    }
+    muser_chat_parser *w = calloc(1, sizeof *w);
+    int rc = w ? chat_parser_new(tools, &w->p) : mu_fail(MUSER_ENOMEM, "out of memory");
+    cJSON_Delete(tools);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int muser_chat_parser_feed(muser_chat_parser *p, const char *text, size_t len, muser_chat_delta *delta) {
+    return chat_parser_feed(p->p, text, len, delta);
+}
+
+int muser_chat_parser_finish(muser_chat_parser *p, muser_chat_delta *delta, muser_chat_result *result) {
+    return chat_parser_finish(p->p, delta, result);
+}
+
+void muser_chat_parser_free(muser_chat_parser *p) {
+    if (!p) return;
+    chat_parser_free(p->p);
+    free(p);
+}

@@ -88,31 +88,11 @@ int chat_render(const cJSON *messages, const cJSON *tools, const chat_render_opt
 
 /* ---- output parsing (ATEM) ----------------------------------------------- */
 
-typedef struct chat_tool_call {
-    char *name;
-    char *arguments; /* a JSON object, compact ("," and ":"); numbers are
-                        printed as Python's json.dumps would (1.50 -> 1.5) */
-    bool complete;   /* false: the output ended inside this call */
-} chat_tool_call;
-
-/* What one feed made safe to show. Pointers stay valid until the next call
- * on the parser. Text deltas end on whole UTF-8 sequences (until finish). */
-typedef struct chat_delta {
-    const char *reasoning;
-    size_t reasoning_len;
-    const char *content;
-    size_t content_len;
-    const chat_tool_call *calls; /* calls completed by this feed */
-    int n_calls;
-} chat_delta;
-
-typedef struct chat_result {
-    const char *reasoning; /* "" when none */
-    const char *content;   /* "" when none */
-    const chat_tool_call *calls;
-    int n_calls;
-    bool truncated; /* the text ended inside a header or a tool call */
-} chat_result;
+/* The parser's output types are public (muser.h); these are their names
+ * inside the library. */
+typedef muser_chat_tool_call chat_tool_call;
+typedef muser_chat_delta chat_delta;
+typedef muser_chat_result chat_result;
 
 typedef struct chat_parser chat_parser;
 

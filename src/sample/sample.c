@@ -1,0 +1,217 @@
+/* sample.c — token selection: penalties, then top-k, top-p, min-p,
+ * temperature, and a draw from the remaining distribution (llama.cpp's
+ * default order). Greedy (temperature <= 0) is argmax after penalties,
+ * ties to the lowest id. The random stream is xoshiro256** seeded from the
+ * user's seed, so the same seed gives the same text. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "muser.h"
+#include "util/error.h"
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+struct muser_sampler {
+    muser_sampler_params p;
+    int n_vocab;
+    cand *c;          /* [n_vocab] working candidates             */
+    int32_t *history; /* ring of the last repeat_last_n tokens     */
+    int hist_len, hist_pos;
+    uint16_t *counts; /* [n_vocab] occurrences within the window   */
+    uint64_t s[4];    /* xoshiro256** state                        */
+};
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(muser_sampler *s) {
+    uint64_t *q = s->s, r = rotl(q[1] * 5, 7) * 9, t = q[1] << 17;
+    q[2] ^= q[0], q[3] ^= q[1], q[1] ^= q[2], q[0] ^= q[3], q[2] ^= t, q[3] = rotl(q[3], 45);
+    return r;
+}
+
+static double next_unit(muser_sampler *s) { return (next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+muser_sampler_params muser_sampler_default_params(const muser_model *model) {
+    muser_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 0.8f, p.top_k = 40, p.top_p = 0.95f, p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f, p.repeat_last_n = 64;
+    p.seed = 0xC0FFEE;
+    if (model && model->hp.arch == MU_ARCH_MUSE_GLIMMER) {
+        /* Muse Glimmer's model card: temperature 1.0, top-p 0.95, top-k 64. */
+        p.temperature = 1.0f, p.top_k = 64, p.top_p = 0.95f, p.min_p = 0.0f;
+    }
+    return p;
+}
+
+void muser_sampler_reset(muser_sampler *s) {
+    s->hist_len = s->hist_pos = 0;
+    if (s->counts) memset(s->counts, 0, sizeof(uint16_t) * (size_t)s->n_vocab);
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->s[i] = splitmix(&x);
+}
+
+muser_sampler *muser_sampler_new(const muser_sampler_params *p, int n_vocab) {
+    if (!p || n_vocab <= 0) {
+        mu_fail(MUSER_EINVAL, "sampler: bad parameters");
+        return NULL;
+    }
+    if (!isfinite(p->temperature) || !isfinite(p->top_p) || !isfinite(p->min_p) || !(p->repeat_penalty > 0) ||
+        p->repeat_last_n < 0 || !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty)) {
+        mu_fail(MUSER_EINVAL, "sampler: temperature, top-p, min-p and penalties must be finite (repeat penalty > 0)");
+        return NULL;
+    }
+    muser_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->c = malloc(sizeof(cand) * (size_t)n_vocab);
+    if (p->repeat_last_n > 0) {
+        s->history = malloc(sizeof(int32_t) * (size_t)p->repeat_last_n);
+        s->counts = calloc((size_t)n_vocab, sizeof(uint16_t));
+    }
+    if (!s->c || (p->repeat_last_n > 0 && (!s->history || !s->counts))) {
+        muser_sampler_free(s);
+        mu_fail(MUSER_ENOMEM, "sampler: out of memory");
+        return NULL;
+    }
+    muser_sampler_reset(s);
+    return s;
+}
+
+void muser_sampler_free(muser_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->history);
+    free(s->counts);
+    free(s);
+}
+
+void muser_sampler_accept(muser_sampler *s, muser_token t) {
+    if (!s->history || t < 0 || t >= s->n_vocab) return;
+    const int n = s->p.repeat_last_n;
+    if (s->hist_len == n) s->counts[s->history[s->hist_pos]]--;
+    else s->hist_len++;
+    s->history[s->hist_pos] = t;
+    s->hist_pos = (s->hist_pos + 1) % n;
+    if (s->counts[t] < UINT16_MAX) s->counts[t]++;
+}
+
+static bool penalties_on(const muser_sampler_params *p) {
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+/* Moves the k largest candidates to the front (unordered), k < n. */
+static void select_top(cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        cand pivot = c[(lo + hi) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_desc(&c[i], &pivot) < 0) i++;
+            while (cmp_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+muser_token muser_sampler_sample(muser_sampler *s, const float *logits) {
+    const muser_sampler_params *p = &s->p;
+    const int V = s->n_vocab;
+    cand *c = s->c;
+    int n = V;
+    for (int i = 0; i < V; i++) {
+        float l = logits[i];
+        if (s->counts && penalties_on(p) && s->counts[i]) {
+            l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+            l -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
+        }
+        if (isnan(l)) l = -INFINITY;
+        c[i].logit = l;
+        c[i].id = i;
+    }
+    muser_token chosen;
+    if (p->temperature <= 0.0f) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (c[i].logit > c[best].logit) best = i;
+        chosen = c[best].id;
+    } else {
+        if (p->top_k > 0 && p->top_k < n) {
+            select_top(c, n, p->top_k);
+            n = p->top_k;
+        } else if (n > 1024) {
+            /* Without top-k, drop candidates whose probability is below
+             * exp(-40) of the best before sorting: they cannot matter. */
+            float mx0 = -INFINITY;
+            for (int i = 0; i < n; i++) mx0 = c[i].logit > mx0 ? c[i].logit : mx0;
+            const float floor_logit = mx0 - 40.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
+            int m = 0;
+            for (int i = 0; i < n; i++)
+                if (c[i].logit >= floor_logit) c[m++] = c[i];
+            n = m;
+        }
+        qsort(c, (size_t)n, sizeof(cand), cmp_desc);
+        /* probabilities at temperature 1 for top-p / min-p, as llama.cpp */
+        const float mx = c[0].logit;
+        double sum = 0.0;
+        double *pr = malloc(sizeof(double) * (size_t)n);
+        for (int i = 0; i < n; i++) sum += (pr[i] = exp((double)c[i].logit - mx));
+        if (p->top_p < 1.0f) {
+            double cum = 0.0;
+            for (int i = 0; i < n; i++) {
+                cum += pr[i] / sum;
+                if (cum >= p->top_p) {
+                    n = i + 1;
+                    break;
+                }
+            }
+        }
+        if (p->min_p > 0.0f) {
+            int keep = 1;
+            while (keep < n && pr[keep] >= p->min_p) keep++; /* pr[0] = 1 */
+            n = keep;
+        }
+        /* temperature, then the draw */
+        double total = 0.0;
+        for (int i = 0; i < n; i++) total += (pr[i] = exp(((double)c[i].logit - mx) / p->temperature));
+        double r = next_unit(s) * total, acc = 0.0;
+        chosen = c[n - 1].id;
+        for (int i = 0; i < n; i++) {
+            acc += pr[i];
+            if (r < acc) {
+                chosen = c[i].id;
+                break;
+            }
+        }
+        free(pr);
+    }
+    muser_sampler_accept(s, chosen);
+    return chosen;
+}

@@ -1,0 +1,95 @@
+#include "tools/gen_common.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools/tool_util.h"
+
+enum { F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP, F_REPN, F_PRES, F_FREQ, F_SEED };
+
+void mu_gen_opts_init(mu_gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->sp = muser_session_default_params();
+}
+
+const char *mu_gen_sampling_help(void) {
+    return "sampling: --temp T (0: greedy) --top-k K --top-p P --min-p P --repeat-penalty R\n"
+           "          --repeat-last-n N --presence-penalty P --frequency-penalty P --seed S\n"
+           "          (defaults from the model: Muse Glimmer T 1.0, top-p 0.95, top-k 64)\n"
+           "session:  --backend auto|cpu|cuda|ref --lane exact|fast --kv f16|f32 -c CTX -t THREADS -b BATCH\n";
+}
+
+bool mu_gen_option(mu_args *a, mu_gen_opts *o) {
+    muser_sampler_params *f = &o->flags;
+    if (mu_arg_is(a, "-m", "--model")) return mu_arg_str(a, &o->model_path);
+    if (mu_arg_is(a, NULL, "--temp")) return (o->samp_set[F_TEMP] = mu_arg_float(a, 0, 100, &f->temperature));
+    if (mu_arg_is(a, NULL, "--top-k")) return (o->samp_set[F_TOPK] = mu_arg_int(a, 0, INT_MAX, &f->top_k));
+    if (mu_arg_is(a, NULL, "--top-p")) return (o->samp_set[F_TOPP] = mu_arg_float(a, 0, 1, &f->top_p));
+    if (mu_arg_is(a, NULL, "--min-p")) return (o->samp_set[F_MINP] = mu_arg_float(a, 0, 1, &f->min_p));
+    if (mu_arg_is(a, NULL, "--repeat-penalty"))
+        return (o->samp_set[F_REP] = mu_arg_float(a, 1e-3, 100, &f->repeat_penalty));
+    if (mu_arg_is(a, NULL, "--repeat-last-n"))
+        return (o->samp_set[F_REPN] = mu_arg_int(a, 0, 1 << 20, &f->repeat_last_n));
+    if (mu_arg_is(a, NULL, "--presence-penalty"))
+        return (o->samp_set[F_PRES] = mu_arg_float(a, -100, 100, &f->presence_penalty));
+    if (mu_arg_is(a, NULL, "--frequency-penalty"))
+        return (o->samp_set[F_FREQ] = mu_arg_float(a, -100, 100, &f->frequency_penalty));
+    if (mu_arg_is(a, "-s", "--seed")) return (o->samp_set[F_SEED] = mu_arg_u64(a, &f->seed));
+    return mu_tool_session_option(a, &o->sp);
+}
+
+/* The bundled model: $MUSER_MODEL, else models/stories260K next to the
+ * executable's tree (build/muser -> ../models), else ./models. */
+static const char *bundled_model(char *buf, size_t cap) {
+    const char *env = getenv("MUSER_MODEL");
+    if (env && *env) return env;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        const char *rel[] = {"/../models/stories260K/stories260K.gguf", "/../share/muser/stories260K.gguf",
+                             "/models/stories260K/stories260K.gguf"};
+        for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+            snprintf(buf, cap, "%s%s", exe, rel[i]);
+            if (access(buf, R_OK) == 0) return buf;
+        }
+    }
+    snprintf(buf, cap, "models/stories260K/stories260K.gguf");
+    return buf;
+}
+
+int mu_gen_load(mu_gen_opts *o, muser_model **model) {
+    char buf[4200];
+    const char *path = o->model_path ? o->model_path : bundled_model(buf, sizeof buf);
+    int rc = muser_model_load(path, model);
+    if (rc) {
+        fprintf(stderr, "muser: %s\n", muser_last_error());
+        if (!o->model_path) fprintf(stderr, "muser: (the bundled model was looked up; pass -m MODEL)\n");
+        return rc;
+    }
+    o->samp = muser_sampler_default_params(*model);
+    const muser_sampler_params *f = &o->flags;
+    muser_sampler_params *p = &o->samp;
+    if (o->samp_set[F_TEMP]) p->temperature = f->temperature;
+    if (o->samp_set[F_TOPK]) p->top_k = f->top_k;
+    if (o->samp_set[F_TOPP]) p->top_p = f->top_p;
+    if (o->samp_set[F_MINP]) p->min_p = f->min_p;
+    if (o->samp_set[F_REP]) p->repeat_penalty = f->repeat_penalty;
+    if (o->samp_set[F_REPN]) p->repeat_last_n = f->repeat_last_n;
+    if (o->samp_set[F_PRES]) p->presence_penalty = f->presence_penalty;
+    if (o->samp_set[F_FREQ]) p->frequency_penalty = f->frequency_penalty;
+    if (o->samp_set[F_SEED]) p->seed = f->seed;
+    return 0;
+}
+
+void mu_gen_print_stats(const mu_gen_stats *st, FILE *out) {
+    double pp = st->prompt_s > 0 ? st->prompt_tokens / st->prompt_s : 0;
+    double tg = st->gen_s > 0 ? st->gen_tokens / st->gen_s : 0;
+    double gbs = st->gen_s > 0 ? st->bytes / st->gen_s / 1e9 : 0;
+    fprintf(out, "\nprompt: %d tokens, %.2f tok/s | decode: %d tokens, %.2f tok/s, %.2f ms/token, %.2f GB/s\n",
+            st->prompt_tokens, pp, st->gen_tokens, tg, st->gen_tokens ? 1e3 * st->gen_s / st->gen_tokens : 0.0, gbs);
+}

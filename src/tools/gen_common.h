@@ -1,0 +1,38 @@
+/* gen_common.h — what `muser run` and `muser chat` share: model lookup
+ * (the bundled default), sampling options, and the end-of-run statistics. */
+#ifndef MU_GEN_COMMON_H
+#define MU_GEN_COMMON_H
+
+#include <stdio.h>
+
+#include "muser.h"
+#include "tools/args.h"
+
+typedef struct mu_gen_opts {
+    const char *model_path;        /* NULL: the bundled model            */
+    muser_session_params sp;
+    muser_sampler_params samp;     /* filled from the model, then flags  */
+    bool samp_set[9];              /* which sampler flags were given     */
+    muser_sampler_params flags;    /* values of the given flags          */
+} mu_gen_opts;
+
+void mu_gen_opts_init(mu_gen_opts *o);
+/* Handles -m and the sampling flags (--temp, --top-k, --top-p, --min-p,
+ * --repeat-penalty, --repeat-last-n, --presence-penalty,
+ * --frequency-penalty, --seed) and the session options. Returns true if
+ * handled; false with a message on a bad value or unknown option. */
+bool mu_gen_option(mu_args *a, mu_gen_opts *o);
+/* Loads the model (the bundled stories260K when none was given); applies
+ * the model's sampling defaults under the user's flags. */
+int mu_gen_load(mu_gen_opts *o, muser_model **model);
+const char *mu_gen_sampling_help(void);
+
+/* Timing of one generation, printed on stderr. */
+typedef struct mu_gen_stats {
+    int prompt_tokens, gen_tokens;
+    double prompt_s, gen_s;
+    double bytes; /* bytes read by the decoded tokens */
+} mu_gen_stats;
+void mu_gen_print_stats(const mu_gen_stats *st, FILE *out);
+
+#endif

@@ -1,0 +1,157 @@
+/* test_sample.c — samplers: greedy, determinism per seed, the sampled
+ * distribution, top-k / top-p / min-p cut-offs, penalties, bad logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "muser.h"
+#include "testlib.h"
+
+static muser_sampler_params base(void) {
+    muser_sampler_params p = muser_sampler_default_params(NULL);
+    p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.repeat_penalty = 1.0f;
+    p.temperature = 1.0f;
+    p.seed = 1234;
+    return p;
+}
+
+static void test_greedy(void) {
+    float l[6] = {0.1f, 3.0f, -2.0f, 3.0f, NAN, 1.0f};
+    muser_sampler_params p = base();
+    p.temperature = 0.0f;
+    muser_sampler *s = muser_sampler_new(&p, 6);
+    CHECK(muser_sampler_sample(s, l) == 1); /* tie -> lowest id; NaN ignored */
+    muser_sampler_free(s);
+    p.temperature = 5.0f;
+    p.top_k = 1;
+    s = muser_sampler_new(&p, 6);
+    for (int i = 0; i < 50; i++) CHECK(muser_sampler_sample(s, l) == 1);
+    muser_sampler_free(s);
+}
+
+static void test_determinism_and_distribution(void) {
+    enum { V = 1000 };
+    float *l = malloc(sizeof(float) * V);
+    uint64_t rng = 5;
+    for (int i = 0; i < V; i++) l[i] = 2.0f * tl_rand_normal(&rng);
+    muser_sampler_params p = base();
+    muser_sampler *a = muser_sampler_new(&p, V), *b = muser_sampler_new(&p, V);
+    p.seed = 999;
+    muser_sampler *c = muser_sampler_new(&p, V);
+    int same_ab = 0, same_ac = 0;
+    for (int i = 0; i < 200; i++) {
+        muser_token x = muser_sampler_sample(a, l), y = muser_sampler_sample(b, l), z = muser_sampler_sample(c, l);
+        same_ab += x == y;
+        same_ac += x == z;
+    }
+    CHECK(same_ab == 200);
+    CHECK(same_ac < 100);
+    muser_sampler_reset(a);
+    muser_sampler_reset(b);
+    CHECK(muser_sampler_sample(a, l) == muser_sampler_sample(b, l));
+    muser_sampler_free(a);
+    muser_sampler_free(b);
+    muser_sampler_free(c);
+    free(l);
+
+    /* p(1) = 2/3 with logits {0, ln 2}; at T = 0.5 it is 4/5. */
+    float two[2] = {0.0f, logf(2.0f)};
+    for (int t = 0; t < 2; t++) {
+        p = base();
+        p.temperature = t ? 0.5f : 1.0f;
+        muser_sampler *s = muser_sampler_new(&p, 2);
+        int ones = 0, N = 30000;
+        for (int i = 0; i < N; i++) ones += muser_sampler_sample(s, two) == 1;
+        double want = t ? 0.8 : 2.0 / 3.0, sd = sqrt(want * (1 - want) / N);
+        CHECKF(fabs((double)ones / N - want) < 5 * sd, "T=%g: %.4f vs %.4f", p.temperature, (double)ones / N, want);
+        muser_sampler_free(s);
+    }
+}
+
+static void test_cutoffs(void) {
+    /* probabilities proportional to 8,4,2,1,1 (logits ln of them) */
+    float l[5] = {logf(8), logf(4), logf(2), 0, 0};
+    muser_sampler_params p = base();
+    p.top_p = 0.7f; /* 8/16 = 0.5 < 0.7 <= 12/16: keeps ids 0, 1 */
+    muser_sampler *s = muser_sampler_new(&p, 5);
+    int seen[5] = {0};
+    for (int i = 0; i < 3000; i++) seen[muser_sampler_sample(s, l)]++;
+    CHECK(seen[0] > 0 && seen[1] > 0 && seen[2] == 0 && seen[3] == 0 && seen[4] == 0);
+    muser_sampler_free(s);
+    p = base();
+    p.min_p = 0.2f; /* keeps p >= 0.2 * p_max: ids 0 (1.0), 1 (0.5), 2 (0.25) */
+    s = muser_sampler_new(&p, 5);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 3000; i++) seen[muser_sampler_sample(s, l)]++;
+    CHECK(seen[2] > 0 && seen[3] == 0 && seen[4] == 0);
+    muser_sampler_free(s);
+    p = base();
+    p.top_k = 2;
+    s = muser_sampler_new(&p, 5);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 3000; i++) seen[muser_sampler_sample(s, l)]++;
+    CHECK(seen[0] > 0 && seen[1] > 0 && seen[2] + seen[3] + seen[4] == 0);
+    muser_sampler_free(s);
+}
+
+static void test_penalties(void) {
+    float l[3] = {2.0f, 1.5f, -1.0f};
+    muser_sampler_params p = base();
+    p.temperature = 0.0f;
+    p.repeat_penalty = 2.0f; /* 2.0 -> 1.0 once seen: id 1 wins */
+    muser_sampler *s = muser_sampler_new(&p, 3);
+    CHECK(muser_sampler_sample(s, l) == 0);
+    CHECK(muser_sampler_sample(s, l) == 1);
+    muser_sampler_free(s);
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.6f;
+    s = muser_sampler_new(&p, 3);
+    muser_sampler_accept(s, 0);
+    CHECK(muser_sampler_sample(s, l) == 1); /* 2.0 - 0.6 < 1.5 */
+    muser_sampler_free(s);
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.2f;
+    s = muser_sampler_new(&p, 3);
+    muser_sampler_accept(s, 0);
+    CHECK(muser_sampler_sample(s, l) == 0); /* 2.0 - 0.2 > 1.5 */
+    muser_sampler_accept(s, 0);
+    muser_sampler_accept(s, 0);              /* now seen 4 times: 2.0 - 0.8 < 1.5 */
+    CHECK(muser_sampler_sample(s, l) == 1);
+    muser_sampler_free(s);
+    p = base();
+    p.temperature = 0.0f;
+    p.repeat_penalty = 3.0f;
+    p.repeat_last_n = 2; /* the window forgets */
+    s = muser_sampler_new(&p, 3);
+    muser_sampler_accept(s, 0);
+    CHECK(muser_sampler_sample(s, l) == 1);
+    muser_sampler_accept(s, 2);
+    muser_sampler_accept(s, 2); /* 0 has left the 2-token window */
+    CHECK(muser_sampler_sample(s, l) == 0);
+    muser_sampler_free(s);
+}
+
+static void test_bad_params(void) {
+    muser_sampler_params p = base();
+    p.temperature = NAN;
+    CHECK(muser_sampler_new(&p, 10) == NULL);
+    p = base();
+    p.repeat_penalty = 0.0f;
+    CHECK(muser_sampler_new(&p, 10) == NULL);
+    p = base();
+    CHECK(muser_sampler_new(&p, 0) == NULL);
+    float inf[3] = {-INFINITY, -INFINITY, -INFINITY};
+    muser_sampler *s = muser_sampler_new(&p, 3);
+    muser_token t = muser_sampler_sample(s, inf);
+    CHECK(t >= 0 && t < 3);
+    muser_sampler_free(s);
+}
+
+int main(void) {
+    test_greedy();
+    test_determinism_and_distribution();
+    test_cutoffs();
+    test_penalties();
+    test_bad_params();
+    return tl_finish("sample");
+}
