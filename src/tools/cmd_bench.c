@@ -25,7 +25,7 @@
 #include "tools/tool_util.h"
 
 #define MAX_DEPTHS 32
-#define MEMBW_BYTES ((size_t)1 << 30) /* far beyond any L3 */
+#define MEMBW_MIB 1024 /* default probe buffer: far beyond any L3 */
 #define MEMBW_PASSES 5                 /* right before each depth */
 #define PREFILL_REPS 3
 
@@ -33,12 +33,12 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: muser bench -m MODEL [--depths 0,512,2048,8192,32768,131072] [-n TOKENS] [--pp 512]\n"
             "                   [--threads N] [--lane exact|fast] [--backend cpu] [--kv f16|f32]\n"
-            "                   [--json] [--plot FILE.png] [--profile]\n"
-            "       muser bench --membw [--threads N] [--json]\n"
+            "                   [--json] [--plot FILE.png] [--profile] [--membw-mib MIB]\n"
+            "       muser bench --membw [--threads N] [--json] [--membw-mib MIB]\n"
             "Decode tok/s at each KV depth (median over -n tokens, default 16), bytes read per token (the\n"
             "file's tensor types plus the KV read at that depth), achieved GB/s and its share of the\n"
-            "machine's read bandwidth (measured every run, %d passes over 1 GiB with N threads right\n"
-            "before each depth, since a shared machine's bandwidth drifts), and\n"
+            "machine's read bandwidth (measured every run, %d passes over --membw-mib MiB, default 1024,\n"
+            "with N threads right before each depth, since a shared machine's bandwidth drifts), and\n"
             "prefill tok/s for --pp tokens (0: skip). Depths are filled with random finite K/V, no\n"
             "prefill. --profile adds a table per op family. Markdown on stdout; --json prints one object.\n",
             MEMBW_PASSES);
@@ -47,7 +47,7 @@ static void usage(FILE *out) {
 typedef struct bench {
     const char *model_path, *plot;
     long depths[MAX_DEPTHS];
-    int n_depths, n_gen, pp;
+    int n_depths, n_gen, pp, membw_mib;
     bool json, profile, membw_only;
     muser_session_params sp;
 } bench;
@@ -108,6 +108,7 @@ static int parse(bench *b, int argc, char **argv) {
     b->n_depths = 6;
     b->n_gen = 16;
     b->pp = 512;
+    b->membw_mib = MEMBW_MIB;
     b->sp = muser_session_default_params();
     b->sp.backend = MUSER_BACKEND_CPU;
     b->sp.n_threads = mu_cpu_count();
@@ -142,6 +143,8 @@ static int parse(bench *b, int argc, char **argv) {
             b->profile = true;
         } else if (mu_arg_is(&a, NULL, "--membw")) {
             b->membw_only = true;
+        } else if (mu_arg_is(&a, NULL, "--membw-mib")) {
+            if (!mu_arg_int(&a, 1, 1 << 20, &b->membw_mib)) return 2;
         } else if (mu_arg_is(&a, NULL, "--plot")) {
             if (!mu_arg_str(&a, &b->plot)) return 2;
         } else if (!mu_tool_session_option(&a, &b->sp)) {
@@ -377,7 +380,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
 
-    mu_membw_probe *probe = mu_membw_probe_new(b.sp.n_threads, MEMBW_BYTES);
+    mu_membw_probe *probe = mu_membw_probe_new(b.sp.n_threads, (size_t)b.membw_mib << 20);
     if (!probe) {
         fprintf(stderr, "muser bench: %s\n", muser_last_error());
         muser_model_free(model);
@@ -457,9 +460,9 @@ int cmd_bench(int argc, char **argv) {
                m->arch_name, m->hp.n_layer, (double)mu_model_weight_bytes_per_token(m) / 1e9);
         printf("- lane %s, KV %s, backend %s\n", b.sp.lane == MUSER_LANE_FAST ? "fast" : "exact",
                b.sp.kv_type == MUSER_KV_F32 ? "f32" : "f16", mu_tool_backend_name(muser_session_backend(s)));
-        printf("- memory read bandwidth: %.2f GB/s (median of %d passes over 1 GiB with %d threads, %d right before "
+        printf("- memory read bandwidth: %.2f GB/s (median of %d passes over %d MiB with %d threads, %d right before "
                "each depth; best %.2f); each depth's share uses the passes right before it\n",
-               bw_median, n_bw, b.sp.n_threads, MEMBW_PASSES, bw_best);
+               bw_median, n_bw, b.membw_mib, b.sp.n_threads, MEMBW_PASSES, bw_best);
         printf("- one parallel region (dispatch + barrier) costs %.2f us with %d threads; decode runs about %d "
                "per token\n",
                region_us, b.sp.n_threads, 5 * m->hp.n_layer + 1);
