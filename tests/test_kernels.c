@@ -37,6 +37,7 @@
 #define EXP_ABS 1e-30 /* where exp over- or underflows (silu(-120): -0 vs -4e-37) */
 
 static uint64_t rng = 12345;
+static bool quick; /* MUSER_TEST_QUICK: lengths up to 6656 only (emulated runs) */
 
 static const uint32_t weight_types[] = {MU_TYPE_F32, MU_TYPE_F16, MU_TYPE_BF16, MU_TYPE_Q8_0,
                                         MU_TYPE_Q4_0, MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K};
@@ -187,7 +188,7 @@ static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
             for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
                 /* small lengths count blocks; the model widths count elements */
                 const int64_t n = lengths[li] < 256 ? lengths[li] * be : blocks_for(type, lengths[li]);
-                if (n > 50000) continue;
+                if (n > 50000 || (quick && n > 7000)) continue;
                 const bool big = n > 4096;
                 for (int64_t rows = 1; rows <= 17; rows += big ? 8 : 1) check_case(&c, n, rows, 1);
                 /* prefill: ragged token counts against the 8-token tiles */
@@ -339,6 +340,8 @@ static void test_elementwise(const mu_cpu_kernels *ref, const mu_cpu_kernels *k)
 }
 
 int main(void) {
+    const char *q = getenv("MUSER_TEST_QUICK");
+    quick = q && *q && strcmp(q, "0") != 0;
     const mu_cpu_kernels *all[8];
     const int n = mu_cpu_kernels_all(all, 8);
     const mu_cpu_kernels *ref = mu_cpu_kernels_scalar();
