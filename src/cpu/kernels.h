@@ -89,6 +89,47 @@ typedef struct mu_cpu_kernels {
     uint64_t (*stream_read)(const void *p, size_t n);
 } mu_cpu_kernels;
 
+/* Sets every weight-format entry of a table from the functions named
+ * matvec_f32_<TYPE>, matvec_q8_<TYPE>, matmul_f32_<TYPE> and
+ * matmul_q8_<TYPE> (TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the
+ * float types have no _q8 entries) that the including file defines; the
+ * helpers likewise from quantize_act, cvt_f16, attn_scores, attn_pv,
+ * exp_sum, silu_mul, sigmoid_mul, softcap and stream_read. */
+#define MU_KERNELS_SET_TYPE(k, T)                                                                                \
+    do {                                                                                                       \
+        (k)->matvec_f32[MU_TYPE_##T] = matvec_f32_##T;                                                         \
+        (k)->matmul_f32[MU_TYPE_##T] = matmul_f32_##T;                                                         \
+    } while (0)
+#define MU_KERNELS_SET_TYPE_Q8(k, T)                                                                             \
+    do {                                                                                                       \
+        MU_KERNELS_SET_TYPE(k, T);                                                                             \
+        (k)->matvec_q8[MU_TYPE_##T] = matvec_q8_##T;                                                           \
+        (k)->matmul_q8[MU_TYPE_##T] = matmul_q8_##T;                                                           \
+    } while (0)
+#define MU_KERNELS_SET_FORMATS(k)                                                                                \
+    do {                                                                                                       \
+        MU_KERNELS_SET_TYPE(k, F32);                                                                           \
+        MU_KERNELS_SET_TYPE(k, F16);                                                                           \
+        MU_KERNELS_SET_TYPE(k, BF16);                                                                          \
+        MU_KERNELS_SET_TYPE_Q8(k, Q8_0);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, Q4_0);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, Q4_K);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, Q5_K);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, Q6_K);                                                                       \
+    } while (0)
+#define MU_KERNELS_SET_HELPERS(k)                                                                                \
+    do {                                                                                                       \
+        (k)->quantize_act = quantize_act;                                                                      \
+        (k)->cvt_f16 = cvt_f16;                                                                                \
+        (k)->attn_scores = attn_scores;                                                                        \
+        (k)->attn_pv = attn_pv;                                                                                \
+        (k)->exp_sum = exp_sum;                                                                                \
+        (k)->silu_mul = silu_mul;                                                                              \
+        (k)->sigmoid_mul = sigmoid_mul;                                                                        \
+        (k)->softcap = softcap;                                                                                \
+        (k)->stream_read = stream_read;                                                                        \
+    } while (0)
+
 /* True when the fast lane runs this weight type on int8 activations (the
  * quantized formats); float weights take f32 activations in both lanes. */
 bool mu_cpu_fast_type(uint32_t weight_type);

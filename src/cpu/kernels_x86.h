@@ -102,7 +102,7 @@ typedef struct grp_consts {
 
 /* Q4_K: group g lies in chunk g/4 (bytes 32(g/4)..+31), low nibbles for
  * g%4 < 2, high nibbles otherwise; sub-block g/2. */
-MU_INLINE vf grp_q4_K(const mu_block_q4_K *b, int g) {
+MU_INLINE vf grp_Q4_K(const mu_block_q4_K *b, int g) {
     vi q = vi_from_u8x16(b->qs + 32 * (g / 4) + 16 * (g & 1));
     if (g & 2) q = vi_srli32(q, 4);
     return vf_from_i32(vi_and(q, vi_set1_32(0x0F)));
@@ -118,10 +118,10 @@ MU_INLINE void consts_k4(uint16_t d16, uint16_t dmin16, const uint8_t *scales, g
     _mm256_storeu_ps(c->o, _mm256_permutevar8x32_ps(o8, lo));
     _mm256_storeu_ps(c->o + 8, _mm256_permutevar8x32_ps(o8, hi));
 }
-MU_INLINE void consts_q4_K(const mu_block_q4_K *b, grp_consts *c) { consts_k4(b->d, b->dmin, b->scales, c); }
+MU_INLINE void consts_Q4_K(const mu_block_q4_K *b, grp_consts *c) { consts_k4(b->d, b->dmin, b->scales, c); }
 
 /* Q5_K: as Q4_K plus bit (sub-block index) of qh[l] as value 16. */
-MU_INLINE vf grp_q5_K(const mu_block_q5_K *b, int g) {
+MU_INLINE vf grp_Q5_K(const mu_block_q5_K *b, int g) {
     const int half = g & 1, sub = g / 2;
     vi q = vi_from_u8x16(b->qs + 32 * (g / 4) + 16 * half);
     if (g & 2) q = vi_srli32(q, 4);
@@ -130,13 +130,13 @@ MU_INLINE vf grp_q5_K(const mu_block_q5_K *b, int g) {
     h = sub <= 4 ? vi_slli32(h, 4 - sub) : vi_srli32(h, sub - 4);
     return vf_from_i32(vi_or(q, vi_and(h, vi_set1_32(0x10))));
 }
-MU_INLINE void consts_q5_K(const mu_block_q5_K *b, grp_consts *c) { consts_k4(b->d, b->dmin, b->scales, c); }
+MU_INLINE void consts_Q5_K(const mu_block_q5_K *b, grp_consts *c) { consts_k4(b->d, b->dmin, b->scales, c); }
 
 /* Q6_K: half h = g/8 uses ql+64h, qh+32h; within it, quarter k = (g/2)%4
  * selects (low nibble of ql[l]), (low of ql[l+32]), (high of ql[l]), (high
  * of ql[l+32]) with qh bits 2k..2k+1; l runs over 16(g%2)..+15. Values are
  * 0..63 and weight = d*sc[g]*(q - 32). */
-MU_INLINE vf grp_q6_K(const mu_block_q6_K *b, int g) {
+MU_INLINE vf grp_Q6_K(const mu_block_q6_K *b, int g) {
     const int h = g / 8, k = (g / 2) % 4, l0 = 16 * (g & 1);
     vi q = vi_from_u8x16(b->ql + 64 * h + l0 + 32 * (k & 1));
     if (k & 2) q = vi_srli32(q, 4);
@@ -144,7 +144,7 @@ MU_INLINE vf grp_q6_K(const mu_block_q6_K *b, int g) {
     vi hb = vi_and(vi_srli32(vi_from_u8x16(b->qh + 32 * h + l0), 2 * k), vi_set1_32(3));
     return vf_from_i32(vi_or(q, vi_slli32(hb, 4)));
 }
-MU_INLINE void consts_q6_K(const mu_block_q6_K *b, grp_consts *c) {
+MU_INLINE void consts_Q6_K(const mu_block_q6_K *b, grp_consts *c) {
     const vf s = vf_mul(vf_from_i32(vi_from_s8x16(b->scales)), vf_set1(f16f(b->d)));
     vf_store(c->s, s);
     vf_store(c->o, vf_mul(s, vf_set1(-32.0f)));
@@ -164,14 +164,14 @@ MU_INLINE void consts_q6_K(const mu_block_q6_K *b, grp_consts *c) {
         }                                                                                                     \
     }
 
-EXACT_KQUANT(q4_K, mu_block_q4_K)
-EXACT_KQUANT(q5_K, mu_block_q5_K)
-EXACT_KQUANT(q6_K, mu_block_q6_K)
+EXACT_KQUANT(Q4_K, mu_block_q4_K)
+EXACT_KQUANT(Q5_K, mu_block_q5_K)
+EXACT_KQUANT(Q6_K, mu_block_q6_K)
 
 /* ---- 32-element formats, exact lane: sum q*x per block, then times d --- */
 
-MU_INLINE vf grp_q8_0(const mu_block_q8_0 *b, int half) { return vf_from_i32(vi_from_s8x16(b->qs + 16 * half)); }
-MU_INLINE vf grp_q4_0(const mu_block_q4_0 *b, int half) {
+MU_INLINE vf grp_Q8_0(const mu_block_q8_0 *b, int half) { return vf_from_i32(vi_from_s8x16(b->qs + 16 * half)); }
+MU_INLINE vf grp_Q4_0(const mu_block_q4_0 *b, int half) {
     vi q = vi_from_u8x16(b->qs);
     if (half) q = vi_srli32(q, 4);
     return vf_from_i32(vi_sub32(vi_and(q, vi_set1_32(0x0F)), vi_set1_32(8)));
@@ -201,8 +201,8 @@ MU_INLINE vf grp_q4_0(const mu_block_q4_0 *b, int half) {
         }                                                                                                     \
     }
 
-EXACT_32(q8_0, mu_block_q8_0)
-EXACT_32(q4_0, mu_block_q4_0)
+EXACT_32(Q8_0, mu_block_q8_0)
+EXACT_32(Q4_0, mu_block_q4_0)
 
 /* ---- float weights (both lanes) -------------------------------------------
  * Four accumulators of 16 lanes; the n % 16 tail is scalar. */
@@ -235,9 +235,9 @@ EXACT_32(q4_0, mu_block_q4_0)
 
 static inline float f32_id(float v) { return v; }
 static inline float bf16f(uint16_t h) { return mu_bf16_to_f32(h); }
-EXACT_FLOAT(f32, float, vf_load, f32_id)
-EXACT_FLOAT(f16, uint16_t, vf_from_f16, f16f)
-EXACT_FLOAT(bf16, uint16_t, vf_from_bf16, bf16f)
+EXACT_FLOAT(F32, float, vf_load, f32_id)
+EXACT_FLOAT(F16, uint16_t, vf_from_f16, f16f)
+EXACT_FLOAT(BF16, uint16_t, vf_from_bf16, bf16f)
 
 /* =====================================================================
  * Fast lane, K-quants: unpacked block (4 units of 64 unsigned values, their
@@ -417,9 +417,9 @@ MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const 
                                 int64_t T, float *y, int64_t ldy) {                                            \
         kq_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy);                                                         \
     }
-FAST_KQUANT(q4_K, KQ_Q4_K)
-FAST_KQUANT(q5_K, KQ_Q5_K)
-FAST_KQUANT(q6_K, KQ_Q6_K)
+FAST_KQUANT(Q4_K, KQ_Q4_K)
+FAST_KQUANT(Q5_K, KQ_Q5_K)
+FAST_KQUANT(Q6_K, KQ_Q6_K)
 
 /* ---- exact lane, K-quants: the same units against f32 activations ------
  * Byte j of unit u is the value of weight 64u + j. Dword lane k of a unit
@@ -509,16 +509,16 @@ MU_INLINE void kq_exact_rows(int fmt, const void *w, uint64_t rb, int64_t nr, co
     static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
         kq_exact_rows(id, w, rb, nr, x, n, y);                                                                \
     }
-EXACT_KQUANT_MATVEC(q4_K, KQ_Q4_K)
-EXACT_KQUANT_MATVEC(q5_K, KQ_Q5_K)
-EXACT_KQUANT_MATVEC(q6_K, KQ_Q6_K)
+EXACT_KQUANT_MATVEC(Q4_K, KQ_Q4_K)
+EXACT_KQUANT_MATVEC(Q5_K, KQ_Q5_K)
+EXACT_KQUANT_MATVEC(Q6_K, KQ_Q6_K)
 
 /* ---- fast lane, 32-element formats ---------------------------------------
  * One ymm per block: signed bytes times signed bytes (s8_dot32); its int32
  * lanes 0-3 cover activation group 2i and lanes 4-7 group 2i+1. */
 
-MU_INLINE __m256i q32_weights_q8_0(const mu_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
-MU_INLINE __m256i q32_weights_q4_0(const mu_block_q4_0 *b) {
+MU_INLINE __m256i q32_weights_Q8_0(const mu_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+MU_INLINE __m256i q32_weights_Q4_0(const mu_block_q4_0 *b) {
     const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
     const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
     return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
@@ -555,8 +555,8 @@ MU_INLINE __m256 act_scales_2x4(const float *d) {
                 matvec_q8_##fmt((const uint8_t *)w + (uint64_t)r0 * rb, rb, nr - r0 < 16 ? nr - r0 : 16,      \
                                 (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy + r0);                  \
     }
-FAST_32(q8_0, mu_block_q8_0)
-FAST_32(q4_0, mu_block_q4_0)
+FAST_32(Q8_0, mu_block_q8_0)
+FAST_32(Q4_0, mu_block_q4_0)
 
 /* =====================================================================
  * Exact-lane prefill: y[t][r] = sum_k W[r][k] x[t][k].
@@ -645,14 +645,14 @@ static void mm_exact(deq_fn deq, int64_t elems_per_unit, uint64_t unit_bytes, co
                                  float *y, int64_t ldy) {                                                      \
         mm_exact(deq_##fmt, epu, ub, w, rb, nr, x, n, T, y, ldy);                                              \
     }
-EXACT_MATMUL(f32, 1, 4)
-EXACT_MATMUL(f16, 1, 2)
-EXACT_MATMUL(bf16, 1, 2)
-EXACT_MATMUL(q8_0, 32, sizeof(mu_block_q8_0))
-EXACT_MATMUL(q4_0, 32, sizeof(mu_block_q4_0))
-EXACT_MATMUL(q4_K, MU_QK_K, sizeof(mu_block_q4_K))
-EXACT_MATMUL(q5_K, MU_QK_K, sizeof(mu_block_q5_K))
-EXACT_MATMUL(q6_K, MU_QK_K, sizeof(mu_block_q6_K))
+EXACT_MATMUL(F32, 1, 4)
+EXACT_MATMUL(F16, 1, 2)
+EXACT_MATMUL(BF16, 1, 2)
+EXACT_MATMUL(Q8_0, 32, sizeof(mu_block_q8_0))
+EXACT_MATMUL(Q4_0, 32, sizeof(mu_block_q4_0))
+EXACT_MATMUL(Q4_K, MU_QK_K, sizeof(mu_block_q4_K))
+EXACT_MATMUL(Q5_K, MU_QK_K, sizeof(mu_block_q5_K))
+EXACT_MATMUL(Q6_K, MU_QK_K, sizeof(mu_block_q6_K))
 
 /* =====================================================================
  * The fast-lane activation quantizer: bit-identical to the scalar rule
@@ -849,41 +849,8 @@ static uint64_t stream_read(const void *p, size_t n) {
 
 static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     *k = *mu_cpu_kernels_scalar();
-    k->matvec_f32[MU_TYPE_F32] = matvec_f32_f32;
-    k->matvec_f32[MU_TYPE_F16] = matvec_f32_f16;
-    k->matvec_f32[MU_TYPE_BF16] = matvec_f32_bf16;
-    k->matvec_f32[MU_TYPE_Q8_0] = matvec_f32_q8_0;
-    k->matvec_f32[MU_TYPE_Q4_0] = matvec_f32_q4_0;
-    k->matvec_f32[MU_TYPE_Q4_K] = matvec_f32_q4_K;
-    k->matvec_f32[MU_TYPE_Q5_K] = matvec_f32_q5_K;
-    k->matvec_f32[MU_TYPE_Q6_K] = matvec_f32_q6_K;
-    k->matvec_q8[MU_TYPE_Q8_0] = matvec_q8_q8_0;
-    k->matvec_q8[MU_TYPE_Q4_0] = matvec_q8_q4_0;
-    k->matvec_q8[MU_TYPE_Q4_K] = matvec_q8_q4_K;
-    k->matvec_q8[MU_TYPE_Q5_K] = matvec_q8_q5_K;
-    k->matvec_q8[MU_TYPE_Q6_K] = matvec_q8_q6_K;
-    k->matmul_f32[MU_TYPE_F32] = matmul_f32_f32;
-    k->matmul_f32[MU_TYPE_F16] = matmul_f32_f16;
-    k->matmul_f32[MU_TYPE_BF16] = matmul_f32_bf16;
-    k->matmul_f32[MU_TYPE_Q8_0] = matmul_f32_q8_0;
-    k->matmul_f32[MU_TYPE_Q4_0] = matmul_f32_q4_0;
-    k->matmul_f32[MU_TYPE_Q4_K] = matmul_f32_q4_K;
-    k->matmul_f32[MU_TYPE_Q5_K] = matmul_f32_q5_K;
-    k->matmul_f32[MU_TYPE_Q6_K] = matmul_f32_q6_K;
-    k->matmul_q8[MU_TYPE_Q8_0] = matmul_q8_q8_0;
-    k->matmul_q8[MU_TYPE_Q4_0] = matmul_q8_q4_0;
-    k->matmul_q8[MU_TYPE_Q4_K] = matmul_q8_q4_K;
-    k->matmul_q8[MU_TYPE_Q5_K] = matmul_q8_q5_K;
-    k->matmul_q8[MU_TYPE_Q6_K] = matmul_q8_q6_K;
-    k->quantize_act = quantize_act;
-    k->cvt_f16 = cvt_f16;
-    k->attn_scores = attn_scores;
-    k->attn_pv = attn_pv;
-    k->exp_sum = exp_sum;
-    k->silu_mul = silu_mul;
-    k->sigmoid_mul = sigmoid_mul;
-    k->softcap = softcap;
-    k->stream_read = stream_read;
+    MU_KERNELS_SET_FORMATS(k);
+    MU_KERNELS_SET_HELPERS(k);
     k->isa = isa;
 }
 
