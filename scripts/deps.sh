@@ -4,7 +4,7 @@
 # commands exist, whatever package provided them.
 set -euo pipefail
 packages=(build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev
-          clang libclang-rt-14-dev gnuplot-nox)
+          clang libclang-rt-14-dev gnuplot-nox jq)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,261 +12,58 @@
  * [capacity][n_head_kv * head_dim] in F16 or F32.
  */
 #include <float.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu/cpu_internal.h"
 #include "cpu/ops.h"
 #include "util/error.h"
 
-/* ---- matmul sets ---------------------------------------------------------
- * y_j[t][r] = dot(W_j row r, x[t]) for every job j of a set, all reading
- * the same input. The rows of all jobs form one space split across
- * threads, so the set is one parallel region (one barrier). */
+/* ---- per-token elementwise steps -------------------------------------------
+ * Each step runs over the tokens of the chunk, in one parallel region when
+ * the chunk is large enough to pay for it (prefill), else on this thread. */
 
-typedef struct mm_job {
-    const mu_weight *w;
-    float *y;      /* [T][w->rows] */
-} mm_job;
+typedef void (*token_fn)(cpu_backend *b, int layer, int t);
 
-typedef struct mm_set {
+typedef struct token_ctx {
     cpu_backend *b;
-    const mm_job *jobs;
-    int n_jobs;
-    const float *x; /* [T][cols] */
-    int T;
-    int64_t total_rows;
-} mm_set;
+    int layer, T;
+    token_fn fn;
+    _Alignas(64) atomic_int next; /* next unclaimed token */
+} token_ctx;
 
-#define MM_ROW_CHUNK 16
-
-static const void *quantized_input(cpu_backend *b, uint32_t act_type, int t, int64_t cols) {
-    if (act_type == MU_TYPE_Q8_K) return b->xq_k + (size_t)t * (size_t)mu_row_bytes(MU_TYPE_Q8_K, cols);
-    return b->xq_0 + (size_t)t * (size_t)mu_row_bytes(MU_TYPE_Q8_0, cols);
+static void token_worker(void *vctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    token_ctx *c = vctx;
+    for (int t; (t = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < c->T;) c->fn(c->b, c->layer, t);
 }
 
-static void run_rows(cpu_backend *b, const mm_job *job, const float *x, int T, int64_t r0, int64_t r1) {
-    const mu_weight *w = job->w;
-    const int64_t cols = w->cols;
-    uint32_t act = b->cfg.lane == MUSER_LANE_FAST ? mu_cpu_act_type(w->type) : MU_TYPE_F32;
-    mu_matvec_q8_fn q8 = act != MU_TYPE_F32 ? b->k->matvec_q8[w->type] : NULL;
-    mu_matvec_f32_fn f32 = b->k->matvec_f32[w->type];
-    for (int64_t r = r0; r < r1; r += MM_ROW_CHUNK) {
-        int64_t nr = r1 - r < MM_ROW_CHUNK ? r1 - r : MM_ROW_CHUNK;
-        const uint8_t *rows = (const uint8_t *)w->data + (uint64_t)r * w->row_bytes;
-        for (int t = 0; t < T; t++) {
-            float *y = job->y + (int64_t)t * w->rows + r;
-            if (q8) q8(rows, w->row_bytes, nr, quantized_input(b, act, t, cols), cols, y);
-            else f32(rows, w->row_bytes, nr, x + (int64_t)t * cols, cols, y);
-        }
+#define PAR_TOKENS 4
+
+static void for_tokens(cpu_backend *b, int layer, int T, token_fn fn) {
+    PROF_BEGIN(b);
+    if (T >= PAR_TOKENS) {
+        token_ctx c = {b, layer, T, fn, 0};
+        mu_pool_run_elastic(b->pool, token_worker, &c);
+    } else {
+        for (int t = 0; t < T; t++) fn(b, layer, t);
     }
+    PROF_END(b, MU_PROF_ELEMWISE, 1, 0);
 }
 
-static void mm_set_worker(void *ctx, int ith, int nth) {
-    mm_set *s = ctx;
-    /* Contiguous share of the concatenated row space, in whole chunks. */
-    int64_t chunks = (s->total_rows + MM_ROW_CHUNK - 1) / MM_ROW_CHUNK;
-    int64_t c0 = chunks * ith / nth, c1 = chunks * (ith + 1) / nth;
-    int64_t g0 = c0 * MM_ROW_CHUNK, g1 = c1 * MM_ROW_CHUNK;
-    if (g1 > s->total_rows) g1 = s->total_rows;
-    int64_t base = 0;
-    for (int j = 0; j < s->n_jobs && g0 < g1; j++) {
-        int64_t rows = s->jobs[j].w->rows;
-        int64_t lo = g0 > base ? g0 - base : 0, hi = g1 - base < rows ? g1 - base : rows;
-        if (lo < hi) run_rows(s->b, &s->jobs[j], s->x, s->T, lo, hi);
-        base += rows;
-    }
+static void tok_embed(cpu_backend *b, int layer, int t) {
+    (void)layer;
+    const mu_model *m = b->m;
+    float *xt = b->x + (int64_t)t * m->hp.n_embd;
+    if (m->hp.embd_norm) mu_rmsnorm(xt, NULL, xt, m->hp.n_embd, m->hp.rms_eps);
 }
 
-/* Quantizes the T input rows once for every activation type the set needs. */
-static void quantize_inputs(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int64_t cols) {
-    if (b->cfg.lane != MUSER_LANE_FAST) return;
-    bool need_k = false, need_0 = false;
-    for (int j = 0; j < n_jobs; j++) {
-        uint32_t a = mu_cpu_act_type(jobs[j].w->type);
-        if (!b->k->matvec_q8[jobs[j].w->type]) continue;
-        need_k |= a == MU_TYPE_Q8_K;
-        need_0 |= a == MU_TYPE_Q8_0;
-    }
-    for (int t = 0; t < T; t++) {
-        if (need_k) b->k->quantize_q8_K(x + (int64_t)t * cols, (void *)quantized_input(b, MU_TYPE_Q8_K, t, cols), cols);
-        if (need_0) b->k->quantize_q8_0(x + (int64_t)t * cols, (void *)quantized_input(b, MU_TYPE_Q8_0, t, cols), cols);
-    }
-}
-
-static void matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T) {
-    mm_set s = {b, jobs, n_jobs, x, T, 0};
-    for (int j = 0; j < n_jobs; j++) s.total_rows += jobs[j].w->rows;
-    quantize_inputs(b, jobs, n_jobs, x, T, jobs[0].w->cols);
-    mu_pool_run(b->pool, mm_set_worker, &s);
-}
-
-/* ---- attention -------------------------------------------------------------
- * Online softmax per (query head) over the visible rows: running max M,
- * running sum S, weighted values O. Decode splits the rows across threads
- * (split-K, whole 32-row blocks each) and a reducer merges the partial
- * triples and divides once; prefill gives each thread whole (token, KV head)
- * items. */
-
-typedef struct attn_ctx {
-    cpu_backend *b;
-    int layer, T, pos0;
-    const float *q; /* [T][n_head][head_dim] */
-    float *o;       /* [T][n_head][head_dim] */
-} attn_ctx;
-
-static inline const void *kv_row(const cpu_backend *b, const void *base, int64_t slot) {
-    return (const uint8_t *)base + (size_t)slot * b->kv_row_bytes;
-}
-
-/* Folds rows [i0, i1) of the visible span into the triples of the n_q query
- * heads that share KV head kvh. m, s: [n_q]; acc: [n_q][head_dim]. */
-static void attend_rows(const cpu_backend *b, int layer, const mu_route_decision *d, int kvh, const float *q,
-                        int n_q, int64_t i0, int64_t i1, float *m, float *s, float *acc) {
-    const mu_hparams *hp = &b->m->hp;
-    const int hd = hp->head_dim;
-    const mu_kv_plane *p = &b->planes[layer];
-    const bool f16 = b->cfg.kv_type == MUSER_KV_F16;
-    const size_t head_off = (size_t)kvh * hd * (f16 ? 2 : 4);
-    for (int64_t i = i0; i < i1; i++) {
-        int64_t slot = d->route == MU_ROUTE_CONTIGUOUS ? d->phys_first + i : (d->phys_first + i) % p->capacity;
-        const uint8_t *krow = (const uint8_t *)kv_row(b, b->kcache[layer], slot) + head_off;
-        const uint8_t *vrow = (const uint8_t *)kv_row(b, b->vcache[layer], slot) + head_off;
-        for (int h = 0; h < n_q; h++) {
-            const float *qh = q + (int64_t)h * hd;
-            float score = (f16 ? b->k->dot_f16_f32((const uint16_t *)krow, qh, hd) : b->k->dot_f32((const float *)krow, qh, hd)) *
-                          hp->attn_scale;
-            float *a = acc + (int64_t)h * hd;
-            if (score > m[h]) {
-                float corr = m[h] == -INFINITY ? 0.0f : expf(m[h] - score);
-                s[h] = s[h] * corr + 1.0f;
-                for (int e = 0; e < hd; e++) a[e] *= corr;
-                m[h] = score;
-                if (f16) b->k->axpy_f16(1.0f, (const uint16_t *)vrow, a, hd);
-                else b->k->axpy_f32(1.0f, (const float *)vrow, a, hd);
-            } else {
-                float w = expf(score - m[h]);
-                s[h] += w;
-                if (f16) b->k->axpy_f16(w, (const uint16_t *)vrow, a, hd);
-                else b->k->axpy_f32(w, (const float *)vrow, a, hd);
-            }
-        }
-    }
-}
-
-static void init_triples(int n, int hd, float *m, float *s, float *acc) {
-    for (int h = 0; h < n; h++) {
-        m[h] = -INFINITY;
-        s[h] = 0.0f;
-    }
-    memset(acc, 0, sizeof(float) * (size_t)n * hd);
-}
-
-/* Decode: worker ith owns blocks mu_splitk_owned(n, nth, ith) for all heads. */
-static void attn_decode_worker(void *vctx, int ith, int nth) {
-    attn_ctx *c = vctx;
-    cpu_backend *b = c->b;
-    const mu_hparams *hp = &b->m->hp;
-    const int hd = hp->head_dim, per_kv = hp->n_head / hp->n_head_kv;
-    const mu_route_decision *d = &b->route;
-    mu_splitk_range r = mu_splitk_owned(d->n_visible, nth, ith);
-    float *m = b->part_m + (size_t)ith * hp->n_head, *s = b->part_s + (size_t)ith * hp->n_head;
-    float *acc = b->part_o + (size_t)ith * hp->n_head * hd;
-    init_triples(hp->n_head, hd, m, s, acc);
-    for (int kvh = 0; kvh < hp->n_head_kv; kvh++) {
-        int h0 = kvh * per_kv; /* GQA: query head h reads KV head h / per_kv */
-        attend_rows(b, c->layer, d, kvh, c->q + (int64_t)h0 * hd, per_kv, r.first_row, r.first_row + r.n_rows,
-                    m + h0, s + h0, acc + (int64_t)h0 * hd);
-    }
-}
-
-/* Merges the per-thread triples and divides once. */
-static void attn_decode_reduce(cpu_backend *b, int nth, float *o) {
-    const mu_hparams *hp = &b->m->hp;
-    const int hd = hp->head_dim;
-    for (int h = 0; h < hp->n_head; h++) {
-        float M = -INFINITY;
-        for (int t = 0; t < nth; t++) M = fmaxf(M, b->part_m[(size_t)t * hp->n_head + h]);
-        float S = 0.0f;
-        float *out = o + (int64_t)h * hd;
-        memset(out, 0, sizeof(float) * hd);
-        for (int t = 0; t < nth; t++) {
-            float mt = b->part_m[(size_t)t * hp->n_head + h];
-            if (mt == -INFINITY) continue; /* this worker owned no rows */
-            float w = expf(mt - M);
-            S += w * b->part_s[(size_t)t * hp->n_head + h];
-            const float *a = b->part_o + ((size_t)t * hp->n_head + h) * hd;
-            for (int e = 0; e < hd; e++) out[e] += w * a[e];
-        }
-        const float inv = 1.0f / S;
-        for (int e = 0; e < hd; e++) out[e] *= inv;
-    }
-}
-
-static void attn_prefill_worker(void *vctx, int ith, int nth) {
-    attn_ctx *c = vctx;
-    cpu_backend *b = c->b;
-    const mu_hparams *hp = &b->m->hp;
-    const mu_layer *L = &b->m->layers[c->layer];
-    const int hd = hp->head_dim, per_kv = hp->n_head / hp->n_head_kv;
-    float *m = b->part_m + (size_t)ith * hp->n_head, *s = b->part_s + (size_t)ith * hp->n_head;
-    float *acc = b->part_o + (size_t)ith * hp->n_head * hd;
-    const int items = c->T * hp->n_head_kv;
-    for (int it = ith; it < items; it += nth) {
-        int t = it / hp->n_head_kv, kvh = it % hp->n_head_kv;
-        int64_t pos = c->pos0 + t;
-        mu_route_decision d;
-        int64_t n_vis = mu_layer_visible(hp, L, pos);
-        /* Route checks are per token; the planes hold the whole chunk. */
-        if (!mu_attn_route_select(&b->planes[c->layer], pos, n_vis, c->layer, &d)) continue;
-        int h0 = kvh * per_kv;
-        init_triples(per_kv, hd, m, s, acc);
-        attend_rows(b, c->layer, &d, kvh, c->q + ((int64_t)t * hp->n_head + h0) * hd, per_kv, 0, d.n_visible, m, s,
-                    acc);
-        for (int h = 0; h < per_kv; h++) {
-            float *out = c->o + ((int64_t)t * hp->n_head + h0 + h) * hd;
-            const float inv = 1.0f / s[h];
-            for (int e = 0; e < hd; e++) out[e] = acc[(int64_t)h * hd + e] * inv;
-        }
-    }
-}
-
-static int attention(cpu_backend *b, int layer, int T, int pos0, const float *q, float *o) {
-    attn_ctx c = {b, layer, T, pos0, q, o};
-    const mu_hparams *hp = &b->m->hp;
-    if (T == 1) {
-        int64_t n_vis = mu_layer_visible(hp, &b->m->layers[layer], pos0);
-        if (!mu_attn_route_select(&b->planes[layer], pos0, n_vis, layer, &b->route))
-            return mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%d", layer,
-                           (long long)(pos0 - n_vis + 1), pos0);
-        mu_pool_run(b->pool, attn_decode_worker, &c);
-        attn_decode_reduce(b, mu_pool_size(b->pool), o);
-        return 0;
-    }
-    /* Prefill: every query's span must be held (rings hold window + chunk - 1). */
-    for (int t = 0; t < T; t++) {
-        int64_t pos = pos0 + t, n_vis = mu_layer_visible(hp, &b->m->layers[layer], pos);
-        if (!mu_kv_holds(&b->planes[layer], pos - n_vis + 1, pos))
-            return mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%lld", layer,
-                           (long long)(pos - n_vis + 1), (long long)pos);
-    }
-    mu_pool_run(b->pool, attn_prefill_worker, &c);
-    return 0;
-}
-
-/* ---- per-token elementwise work ------------------------------------------ */
-
-typedef struct swiglu_ctx {
-    float *g;
-    const float *u;
-    int64_t n;
-} swiglu_ctx;
-
-static void swiglu_worker(void *vctx, int ith, int nth) {
-    swiglu_ctx *c = vctx;
-    int64_t i0 = c->n * ith / nth, i1 = c->n * (ith + 1) / nth;
-    for (int64_t i = i0; i < i1; i++) c->g[i] = mu_silu(c->g[i]) * c->u[i];
+static void tok_attn_norm(cpu_backend *b, int layer, int t) {
+    const int64_t E = b->m->hp.n_embd;
+    mu_rmsnorm(b->x + t * E, b->m->layers[layer].attn_norm, b->a + t * E, E, b->m->hp.rms_eps);
 }
 
 static void store_kv(cpu_backend *b, int layer, int64_t slot, const float *k, const float *v) {
@@ -284,77 +81,210 @@ static void store_kv(cpu_backend *b, int layer, int64_t slot, const float *k, co
     }
 }
 
+/* QK-norm, RoPE, then the K/V rows into the slot reserved for token t. */
+static void tok_qk_store(cpu_backend *b, int layer, int t) {
+    const mu_hparams *hp = &b->m->hp;
+    const mu_layer *L = &b->m->layers[layer];
+    const int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = b->kv_dim;
+    float *qt = b->q + t * Q, *kt = b->k_cur + t * KV;
+    if (L->q_norm) {
+        for (int h = 0; h < hp->n_head; h++)
+            mu_rmsnorm(qt + h * hp->head_dim, L->q_norm, qt + h * hp->head_dim, hp->head_dim, hp->rms_eps);
+        for (int h = 0; h < hp->n_head_kv; h++)
+            mu_rmsnorm(kt + h * hp->head_dim, L->k_norm, kt + h * hp->head_dim, hp->head_dim, hp->rms_eps);
+    }
+    if (L->use_rope) {
+        float *cs = b->rope_cs + (int64_t)t * hp->n_rot;
+        mu_rope_table(hp, L->rope_base, b->m->rope_freq_factors, b->slots_pos0 + t, cs);
+        mu_rope_apply(hp, cs, qt, hp->n_head);
+        mu_rope_apply(hp, cs, kt, hp->n_head_kv);
+    }
+    store_kv(b, layer, b->slots[t], kt, b->v_cur + t * KV);
+}
+
+static void tok_gate(cpu_backend *b, int layer, int t) {
+    (void)layer;
+    const int64_t Q = (int64_t)b->m->hp.n_head * b->m->hp.head_dim;
+    b->k->sigmoid_mul(b->o + t * Q, b->g + t * Q, Q);
+}
+
+/* Post-attention norm, residual, and the FFN's pre-norm. */
+static void tok_post_attn(cpu_backend *b, int layer, int t) {
+    const mu_hparams *hp = &b->m->hp;
+    const mu_layer *L = &b->m->layers[layer];
+    const int64_t E = hp->n_embd;
+    float *tt = b->t + t * E, *xt = b->x + t * E;
+    if (L->post_attn_norm) mu_rmsnorm(tt, L->post_attn_norm, tt, E, hp->post_norm_eps);
+    for (int64_t i = 0; i < E; i++) xt[i] += tt[i];
+    mu_rmsnorm(xt, L->ffn_norm, b->a + t * E, E, hp->rms_eps);
+}
+
+static void tok_swiglu(cpu_backend *b, int layer, int t) {
+    (void)layer;
+    const int64_t F = b->m->hp.n_ff;
+    b->k->silu_mul(b->ff_g + t * F, b->ff_u + t * F, F);
+}
+
+static void tok_post_ffn(cpu_backend *b, int layer, int t) {
+    const mu_hparams *hp = &b->m->hp;
+    const mu_layer *L = &b->m->layers[layer];
+    const int64_t E = hp->n_embd;
+    float *tt = b->t + t * E, *xt = b->x + t * E;
+    if (L->post_ffn_norm) mu_rmsnorm(tt, L->post_ffn_norm, tt, E, hp->post_norm_eps);
+    for (int64_t i = 0; i < E; i++) xt[i] += tt[i];
+}
+
 /* ---- the forward pass ------------------------------------------------------ */
 
 static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     cpu_backend *b = (cpu_backend *)base;
     const mu_model *m = b->m;
     const mu_hparams *hp = &m->hp;
-    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = b->kv_dim, F = hp->n_ff;
-    float *x = b->x, *a = b->a;
+    const int64_t E = hp->n_embd;
 
-    for (int t = 0; t < T; t++) {
-        float *xt = x + t * E;
-        mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
-                       xt, E);
-        if (hp->embd_norm) mu_rmsnorm(xt, NULL, xt, E, hp->rms_eps);
+    {
+        PROF_BEGIN(b);
+        for (int t = 0; t < T; t++)
+            mu_dequant_row(m->tok_embd.type,
+                           (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
+                           b->x + t * E, E);
+        PROF_END(b, MU_PROF_EMBED, 1, (uint64_t)T * m->tok_embd.row_bytes);
     }
+    for_tokens(b, 0, T, tok_embed);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
-        for (int t = 0; t < T; t++) mu_rmsnorm(x + t * E, L->attn_norm, a + t * E, E, hp->rms_eps);
+        for_tokens(b, l, T, tok_attn_norm);
         mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
-        matmul_set(b, qkvg, L->wgate.data ? 4 : 3, a, T);
+        mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, T, -1);
 
+        /* Slots are reserved in order on this thread; the stores run in parallel. */
         for (int t = 0; t < T; t++) {
-            float *qt = b->q + t * Q, *kt = b->k_cur + t * KV;
-            if (L->q_norm) {
-                for (int h = 0; h < hp->n_head; h++) mu_rmsnorm(qt + h * hp->head_dim, L->q_norm, qt + h * hp->head_dim, hp->head_dim, hp->rms_eps);
-                for (int h = 0; h < hp->n_head_kv; h++) mu_rmsnorm(kt + h * hp->head_dim, L->k_norm, kt + h * hp->head_dim, hp->head_dim, hp->rms_eps);
-            }
-            if (L->use_rope) {
-                mu_rope_table(hp, L->rope_base, m->rope_freq_factors, pos0 + t, b->rope_cs);
-                mu_rope_apply(hp, b->rope_cs, qt, hp->n_head);
-                mu_rope_apply(hp, b->rope_cs, kt, hp->n_head_kv);
-            }
-            int64_t slot = mu_kv_append(&b->planes[l]);
-            if (slot < 0) return mu_fail(MUSER_ECONTEXT, "layer %d: KV plane is full", l);
-            store_kv(b, l, slot, kt, b->v_cur + t * KV);
+            b->slots[t] = mu_kv_append(&b->planes[l]);
+            if (b->slots[t] < 0) return mu_fail(MUSER_ECONTEXT, "layer %d: KV plane is full", l);
+        }
+        b->slots_pos0 = pos0;
+        for_tokens(b, l, T, tok_qk_store);
+
+        {
+            PROF_BEGIN(b);
+            int rc = mu_cpu_attention(b, l, T, pos0, b->q, b->o);
+            if (rc) return rc;
+            uint64_t kv_bytes = 0;
+            for (int t = 0; t < T; t++)
+                kv_bytes += 2 * b->kv_row_bytes * (uint64_t)mu_layer_visible(hp, L, pos0 + t);
+            PROF_END(b, MU_PROF_ATTN, 1, kv_bytes);
         }
 
-        int rc = attention(b, l, T, pos0, b->q, b->o);
-        if (rc) return rc;
-
-        if (L->wgate.data)
-            for (int64_t i = 0; i < (int64_t)T * Q; i++) b->o[i] *= mu_sigmoid(b->g[i]);
+        if (L->wgate.data) for_tokens(b, l, T, tok_gate);
         mm_job wo = {&L->wo, b->t};
-        matmul_set(b, &wo, 1, b->o, T);
-        for (int t = 0; t < T; t++) {
-            float *tt = b->t + t * E, *xt = x + t * E;
-            if (L->post_attn_norm) mu_rmsnorm(tt, L->post_attn_norm, tt, E, hp->post_norm_eps);
-            for (int64_t i = 0; i < E; i++) xt[i] += tt[i];
-            mu_rmsnorm(xt, L->ffn_norm, a + t * E, E, hp->rms_eps);
-        }
+        mu_cpu_matmul_set(b, &wo, 1, b->o, T, -1);
+        for_tokens(b, l, T, tok_post_attn);
 
         mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
-        matmul_set(b, gu, 2, a, T);
-        swiglu_ctx sw = {b->ff_g, b->ff_u, (int64_t)T * F};
-        mu_pool_run(b->pool, swiglu_worker, &sw);
+        mu_cpu_matmul_set(b, gu, 2, b->a, T, -1);
+        for_tokens(b, l, T, tok_swiglu);
         mm_job down = {&L->ffn_down, b->t};
-        matmul_set(b, &down, 1, b->ff_g, T);
-        for (int t = 0; t < T; t++) {
-            float *tt = b->t + t * E, *xt = x + t * E;
-            if (L->post_ffn_norm) mu_rmsnorm(tt, L->post_ffn_norm, tt, E, hp->post_norm_eps);
-            for (int64_t i = 0; i < E; i++) xt[i] += tt[i];
-        }
+        mu_cpu_matmul_set(b, &down, 1, b->ff_g, T, -1);
+        for_tokens(b, l, T, tok_post_ffn);
     }
 
     /* Final norm and LM head for the rows that want logits. */
-    int first = all_logits ? 0 : T - 1, rows = T - first;
-    for (int t = 0; t < rows; t++) mu_rmsnorm(x + (first + t) * E, m->output_norm, a + t * E, E, hp->rms_eps);
+    const int first = all_logits ? 0 : T - 1, rows = T - first;
+    {
+        PROF_BEGIN(b);
+        for (int t = 0; t < rows; t++) mu_rmsnorm(b->x + (first + t) * E, m->output_norm, b->a + t * E, E, hp->rms_eps);
+        PROF_END(b, MU_PROF_ELEMWISE, 1, 0);
+    }
     mm_job head = {&m->output, logits};
-    matmul_set(b, &head, 1, a, rows);
-    for (int t = 0; t < rows; t++) mu_logits_finish(logits + (int64_t)t * hp->n_vocab, hp->n_vocab, hp->logit_scale, hp->softcap);
+    mu_cpu_matmul_set(b, &head, 1, b->a, rows, MU_PROF_LM_HEAD);
+    {
+        PROF_BEGIN(b);
+        for (int t = 0; t < rows; t++) b->k->softcap(logits + (int64_t)t * hp->n_vocab, hp->n_vocab, hp->logit_scale, hp->softcap);
+        PROF_END(b, MU_PROF_ELEMWISE, 1, 0);
+    }
+    return 0;
+}
+
+/* ---- batched decode ---------------------------------------------------------
+ * One token for each of n sequences: the weights are read once for all n
+ * rows (every matmul set runs with T = n on the leader's activations and
+ * threads), while each row's RoPE, KV append and attention use its own
+ * position and KV planes. Those per-row steps run on a view of the leader:
+ * the leader's threads, scratch and activation rows, the row's planes. */
+
+/* The leader seen as a one-token chunk of row r over row_kv's planes. */
+static cpu_backend row_view(const cpu_backend *lead, const cpu_backend *row_kv, int r) {
+    const mu_hparams *hp = &lead->m->hp;
+    const int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = lead->kv_dim;
+    cpu_backend v = *lead;
+    v.planes = row_kv->planes;
+    v.kcache = row_kv->kcache;
+    v.vcache = row_kv->vcache;
+    v.q = lead->q + r * Q;
+    v.o = lead->o + r * Q;
+    v.k_cur = lead->k_cur + r * KV;
+    v.v_cur = lead->v_cur + r * KV;
+    v.rope_cs = lead->rope_cs + (int64_t)r * hp->n_rot;
+    v.slots = lead->slots + r;
+    return v;
+}
+
+static int cpu_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                             float *const *logits) {
+    cpu_backend *b = (cpu_backend *)rows[0];
+    const mu_model *m = b->m;
+    const mu_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    if (n > b->cfg.n_batch) return mu_fail(MUSER_EINVAL, "batch of %d rows exceeds the leader's %d", n, b->cfg.n_batch);
+    for (int r = 1; r < n; r++) {
+        const cpu_backend *row = (const cpu_backend *)rows[r];
+        if (row->m != m || row->cfg.kv_type != b->cfg.kv_type || row->cfg.lane != b->cfg.lane)
+            return mu_fail(MUSER_EUNSUPPORTED, "batched rows need one model, KV type and lane");
+    }
+    for (int r = 0; r < n; r++)
+        mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[r] * m->tok_embd.row_bytes,
+                       b->x + r * E, E);
+    for_tokens(b, 0, n, tok_embed);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        for_tokens(b, l, n, tok_attn_norm);
+        mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
+        mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, n, -1);
+        for (int r = 0; r < n; r++) {
+            cpu_backend *row = (cpu_backend *)rows[r];
+            cpu_backend v = row_view(b, row, r);
+            v.slots[0] = mu_kv_append(&row->planes[l]);
+            if (v.slots[0] < 0) return mu_fail(MUSER_ECONTEXT, "layer %d: KV plane of row %d is full", l, r);
+            v.slots_pos0 = pos[r];
+            tok_qk_store(&v, l, 0);
+            int rc = mu_cpu_attention(&v, l, 1, pos[r], v.q, v.o);
+            if (rc) return rc;
+        }
+        if (L->wgate.data) for_tokens(b, l, n, tok_gate);
+        mm_job wo = {&L->wo, b->t};
+        mu_cpu_matmul_set(b, &wo, 1, b->o, n, -1);
+        for_tokens(b, l, n, tok_post_attn);
+        mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
+        mu_cpu_matmul_set(b, gu, 2, b->a, n, -1);
+        for_tokens(b, l, n, tok_swiglu);
+        mm_job down = {&L->ffn_down, b->t};
+        mu_cpu_matmul_set(b, &down, 1, b->ff_g, n, -1);
+        for_tokens(b, l, n, tok_post_ffn);
+    }
+    for (int r = 0; r < n; r++) mu_rmsnorm(b->x + r * E, m->output_norm, b->a + r * E, E, hp->rms_eps);
+    /* The head reads the output matrix once for all rows, into [n][n_vocab]. */
+    if (n > b->batch_logits_rows) {
+        float *l = realloc(b->batch_logits, sizeof(float) * (size_t)n * (size_t)hp->n_vocab);
+        if (!l) return mu_fail(MUSER_ENOMEM, "out of memory for batched logits");
+        b->batch_logits = l;
+        b->batch_logits_rows = n;
+    }
+    mm_job head = {&m->output, b->batch_logits};
+    mu_cpu_matmul_set(b, &head, 1, b->a, n, MU_PROF_LM_HEAD);
+    for (int r = 0; r < n; r++) memcpy(logits[r], b->batch_logits + (int64_t)r * hp->n_vocab, sizeof(float) * hp->n_vocab);
+    for (int r = 0; r < n; r++) b->k->softcap(logits[r], hp->n_vocab, hp->logit_scale, hp->softcap);
     return 0;
 }
 
@@ -394,12 +324,72 @@ static void cpu_free(mu_backend *base) {
     free(b->vcache);
     free(b->planes);
     free(b->arena);
+    free(b->batch_logits);
     mu_pool_free(b->pool);
     free(b);
 }
 
-static const mu_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_truncate, cpu_reset, cpu_free,
-                                       mu_cpu_checkpoint_save, mu_cpu_checkpoint_restore, NULL};
+/* ---- bench hooks ----------------------------------------------------------- */
+
+#if MUSER_PROFILE
+uint64_t mu_prof_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+#endif
+
+static const mu_prof_entry *cpu_profile(mu_backend *base, bool on) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (!MUSER_PROFILE) return NULL;
+    if (on) memset(b->prof.e, 0, sizeof b->prof.e);
+    b->prof.on = on;
+    return b->prof.e;
+}
+
+/* Random but finite K/V rows, as if depth tokens had been decoded: each
+ * plane holds what it would hold then (a ring its last `capacity` rows,
+ * starting at the physical slot the appends would have reached). Values
+ * are uniform in [-2, 2), about the scale of QK-normed keys. */
+static int cpu_fill_kv(mu_backend *base, int depth, uint64_t seed) {
+    cpu_backend *b = (cpu_backend *)base;
+    const int kvd = b->kv_dim;
+    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int l = 0; l < b->m->hp.n_layer; l++) {
+        mu_kv_plane *p = &b->planes[l];
+        mu_kv_plane_reset(p);
+        if (depth > p->capacity && !p->ring)
+            return mu_fail(MUSER_ECONTEXT, "layer %d: depth %d exceeds the plane's %lld rows", l, depth,
+                           (long long)p->capacity);
+        const int64_t held = depth < p->capacity ? depth : p->capacity;
+        p->origin_logical = depth - held;
+        p->origin_physical = depth > p->capacity ? depth % p->capacity : 0;
+        p->len = held;
+        for (int64_t r = 0; r < held; r++) {
+            uint8_t *rows[2] = {(uint8_t *)b->kcache[l] + (size_t)r * b->kv_row_bytes,
+                                (uint8_t *)b->vcache[l] + (size_t)r * b->kv_row_bytes};
+            for (int kv = 0; kv < 2; kv++)
+                for (int i = 0; i < kvd; i++) {
+                    st ^= st << 13, st ^= st >> 7, st ^= st << 17; /* xorshift64 */
+                    const float v = (float)(st >> 40) * (4.0f / 16777216.0f) - 2.0f;
+                    if (b->cfg.kv_type == MUSER_KV_F16) ((uint16_t *)rows[kv])[i] = mu_f32_to_f16(v);
+                    else ((float *)rows[kv])[i] = v;
+                }
+        }
+    }
+    return 0;
+}
+
+static const mu_backend_ops cpu_ops = {.name = "cpu",
+                                       .forward = cpu_forward,
+                                       .truncate = cpu_truncate,
+                                       .reset = cpu_reset,
+                                       .free = cpu_free,
+                                       .checkpoint_save = mu_cpu_checkpoint_save,
+                                       .checkpoint_restore = mu_cpu_checkpoint_restore,
+                                       .forward_batch = cpu_forward_batch,
+                                       .fill_kv = cpu_fill_kv,
+                                       .profile = cpu_profile};
 
 int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
     *out = NULL;
@@ -445,12 +435,13 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
     size_t widest = E > Q ? E : Q;
     if (F > widest) widest = F;
     widest = (widest + MU_QK_K - 1) / MU_QK_K * MU_QK_K; /* quantized rows are whole blocks */
+    b->attn_scratch_floats = (mu_cpu_attn_scratch_floats(hp) + 15) / 16 * 16;
     size_t floats = T * E * 2 /* x, a */ + T * Q * 3 /* q, g, o */ + T * KV * 2 + T * E /* t */ + T * F * 2 +
-                    (size_t)hp->n_rot + nth * (size_t)hp->n_head * (2 + (size_t)hp->head_dim);
-    size_t qk_bytes = T * (size_t)mu_row_bytes(MU_TYPE_Q8_K, (int64_t)widest) + 64;
-    size_t q0_bytes = T * (size_t)mu_row_bytes(MU_TYPE_Q8_0, (int64_t)widest) + 64;
+                    T * (size_t)hp->n_rot + T * 2 /* slots */ + nth * (size_t)hp->n_head * (2 + (size_t)hp->head_dim) +
+                    nth * b->attn_scratch_floats + 16;
+    size_t xq_bytes = T * (size_t)mu_act_row_bytes((int64_t)widest) + 64;
     if (!rc) {
-        b->arena = malloc(floats * sizeof(float) + qk_bytes + q0_bytes + 64);
+        b->arena = malloc(floats * sizeof(float) + xq_bytes + 64);
         if (!b->arena) rc = mu_fail(MUSER_ENOMEM, "out of memory for activations");
     }
     if (rc) {
@@ -468,12 +459,14 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
     b->t = p, p += T * E;
     b->ff_g = p, p += T * F;
     b->ff_u = p, p += T * F;
-    b->rope_cs = p, p += (size_t)hp->n_rot;
+    b->rope_cs = p, p += T * (size_t)hp->n_rot;
+    b->slots = (int64_t *)p, p += T * 2;
     b->part_m = p, p += nth * (size_t)hp->n_head;
     b->part_s = p, p += nth * (size_t)hp->n_head;
     b->part_o = p, p += nth * (size_t)hp->n_head * hp->head_dim;
-    b->xq_k = (uint8_t *)p;
-    b->xq_0 = b->xq_k + qk_bytes;
+    p = (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    b->attn_scratch = p, p += nth * b->attn_scratch_floats;
+    b->xq = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     *out = &b->base;
     return 0;
 }

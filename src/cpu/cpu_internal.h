@@ -2,6 +2,7 @@
 #ifndef MU_CPU_INTERNAL_H
 #define MU_CPU_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -9,12 +10,43 @@
 #include "cpu/pool.h"
 #include "engine/engine.h"
 
+/* ---- profiling ---------------------------------------------------------
+ * Per op family: wall time on the calling thread (regions included),
+ * calls and bytes. Off unless a session turns it on; with MUSER_PROFILE=0
+ * at build time the timers compile to nothing. */
+#ifndef MUSER_PROFILE
+#define MUSER_PROFILE 1
+#endif
+
+typedef struct cpu_prof {
+    bool on;
+    mu_prof_entry e[MU_PROF_COUNT];
+} cpu_prof;
+
+#if MUSER_PROFILE
+uint64_t mu_prof_now_ns(void);
+#define PROF_BEGIN(b) uint64_t prof_t0_ = (b)->prof.on ? mu_prof_now_ns() : 0
+#define PROF_END(b, fam, calls_, bytes_)                                                   \
+    do {                                                                                   \
+        if ((b)->prof.on) {                                                                \
+            mu_prof_entry *pe_ = &(b)->prof.e[(fam)];                                      \
+            pe_->ns += mu_prof_now_ns() - prof_t0_;                                        \
+            pe_->calls += (calls_);                                                        \
+            pe_->bytes += (bytes_);                                                        \
+        }                                                                                  \
+    } while (0)
+#else
+#define PROF_BEGIN(b) (void)0
+#define PROF_END(b, fam, calls_, bytes_) (void)0
+#endif
+
 typedef struct cpu_backend {
     mu_backend base;
     const mu_model *m;
     mu_session_config cfg;
     const mu_cpu_kernels *k;
     mu_pool *pool;
+    cpu_prof prof;
     int kv_dim;              /* n_head_kv * head_dim                          */
     size_t kv_row_bytes;     /* one K (or V) row in the cache                 */
     mu_kv_plane *planes;     /* [n_layer]                                     */
@@ -28,11 +60,32 @@ typedef struct cpu_backend {
     float *k_cur, *v_cur;    /* [T][kv_dim]                                   */
     float *t;                /* [T][n_embd] branch output                     */
     float *ff_g, *ff_u;      /* [T][n_ff]                                     */
-    float *rope_cs;          /* [n_rot] cos/sin pairs                         */
+    float *rope_cs;          /* [T][n_rot] cos/sin pairs                      */
+    int64_t *slots;          /* [T] KV slots of the chunk's tokens            */
+    int slots_pos0;          /* position of token 0 of the chunk              */
     float *part_m, *part_s;  /* [threads][n_head] split-K partial max and sum */
     float *part_o;           /* [threads][n_head][head_dim] partial values    */
-    uint8_t *xq_k, *xq_0;    /* fast lane: [T] quantized input rows           */
+    float *attn_scratch;     /* [threads][ATTN_SCRATCH] K, V blocks and scores */
+    size_t attn_scratch_floats;
+    uint8_t *xq;             /* fast lane: [T] quantized input rows (kernels.h) */
+    float *batch_logits;     /* batched decode: [rows][n_vocab], grown on use */
+    int batch_logits_rows;
 } cpu_backend;
+
+/* ---- matmul sets (cpu_matmul.c) -------------------------------------------
+ * y_j[t][r] = dot(W_j row r, x[t]) for every job j of a set, all reading
+ * the same input: one parallel region over the concatenated rows,
+ * scheduled by bytes. */
+typedef struct mm_job {
+    const mu_weight *w;
+    float *y; /* [T][w->rows] */
+} mm_job;
+
+void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int prof_family);
+
+/* ---- attention (cpu_attn.c) ------------------------------------------------ */
+int mu_cpu_attention(cpu_backend *b, int layer, int T, int pos0, const float *q, float *o);
+size_t mu_cpu_attn_scratch_floats(const mu_hparams *hp);
 
 /* Ring checkpoints (cpu_checkpoint.c). */
 int mu_cpu_checkpoint_save(mu_backend *b, void **blob, size_t *size);

@@ -1,9 +1,11 @@
 /* kernels_scalar.c — the scalar reference kernels. Plain loops whose only
  * job is to be obviously right; the SIMD kernels are tested against them. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/kernels.h"
+#include "cpu/ops.h"
 
 /* ---- exact lane: dequantize a block, then multiply in f32 ------------- */
 
@@ -47,149 +49,238 @@ static void matvec_f32_F32(const void *w, uint64_t rb, int64_t nr, const float *
     }
 }
 
-/* ---- fast lane: integer dot products against Q8 activations ----------- */
+/* ---- fast lane: integer dot products against int8 activations ----------
+ * Activations are fast-lane rows (kernels.h): int8 in groups of 16, scale
+ * d[g] per group, ds[g] = d[g] * sum(qs of g). Per group: an exact integer
+ * dot product (with the weight's integer sub-scale folded in), times the
+ * group's activation scale; per block, times the weight's block scale. */
 
-/* Q4_K x Q8_K: per sub-block j (32 weights), sum(q4*q8) scaled by the 6-bit
- * scale; the min term uses the activation group sums (bsums). */
-static void matvec_q8_Q4_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+/* Q4_K/Q5_K: sub-block j (32 weights) = groups 2j, 2j+1; the min term is
+ * dmin * m_j * (ds[2j] + ds[2j+1]). */
+static void matvec_q8_k4(uint32_t type, const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
     const int64_t nb = n / MU_QK_K;
-    const mu_block_q8_K *a = xq;
+    const int8_t *aq = xq;
+    const float *ad = mu_act_d(xq, n), *ads = mu_act_ds(xq, n);
+    const bool q5 = type == MU_TYPE_Q5_K;
     for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q4_K *b = (const mu_block_q4_K *)((const uint8_t *)w + (uint64_t)r * rb);
+        const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb;
         float sum = 0.0f;
         for (int64_t i = 0; i < nb; i++) {
-            int32_t sumi = 0, summ = 0;
+            const mu_block_q4_K *b4 = (const mu_block_q4_K *)row + i;
+            const mu_block_q5_K *b5 = (const mu_block_q5_K *)row + i;
+            const uint8_t *qs = q5 ? b5->qs : b4->qs, *scales = q5 ? b5->scales : b4->scales;
+            const uint16_t d16 = q5 ? b5->d : b4->d, dmin16 = q5 ? b5->dmin : b4->dmin;
+            float isum = 0.0f, summ = 0.0f;
             for (int j = 0; j < 8; j++) {
                 uint8_t sc, m;
-                mu_get_scale_min_k4(j, b[i].scales, &sc, &m);
-                const uint8_t *q = b[i].qs + 32 * (j / 2);
-                const int8_t *q8 = a[i].qs + 32 * j;
-                int32_t s = 0;
-                for (int l = 0; l < 32; l++) s += (j & 1 ? q[l] >> 4 : q[l] & 0xF) * q8[l];
-                sumi += sc * s;
-                summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
-            }
-            sum += mu_f16_to_f32(b[i].d) * a[i].d * (float)sumi - mu_f16_to_f32(b[i].dmin) * a[i].d * (float)summ;
-        }
-        y[r] = sum;
-    }
-}
-
-static void matvec_q8_Q5_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    const int64_t nb = n / MU_QK_K;
-    const mu_block_q8_K *a = xq;
-    for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q5_K *b = (const mu_block_q5_K *)((const uint8_t *)w + (uint64_t)r * rb);
-        float sum = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            int32_t sumi = 0, summ = 0;
-            for (int j = 0; j < 8; j++) {
-                uint8_t sc, m;
-                mu_get_scale_min_k4(j, b[i].scales, &sc, &m);
-                const uint8_t *q = b[i].qs + 32 * (j / 2);
-                const int8_t *q8 = a[i].qs + 32 * j;
-                int32_t s = 0;
-                for (int l = 0; l < 32; l++) {
-                    int v = (j & 1 ? q[l] >> 4 : q[l] & 0xF) | (((b[i].qh[l] >> j) & 1) << 4);
-                    s += v * q8[l];
+                mu_get_scale_min_k4(j, scales, &sc, &m);
+                for (int h = 0; h < 2; h++) {
+                    int32_t s = 0;
+                    for (int l = 16 * h; l < 16 * h + 16; l++) {
+                        int v = j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 0xF;
+                        if (q5) v |= ((b5->qh[l] >> j) & 1) << 4;
+                        s += v * aq[i * MU_QK_K + 32 * j + l];
+                    }
+                    isum += ad[16 * i + 2 * j + h] * (float)(sc * s);
                 }
-                sumi += sc * s;
-                summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+                summ += (float)m * (ads[16 * i + 2 * j] + ads[16 * i + 2 * j + 1]);
             }
-            sum += mu_f16_to_f32(b[i].d) * a[i].d * (float)sumi - mu_f16_to_f32(b[i].dmin) * a[i].d * (float)summ;
+            sum += mu_f16_to_f32(d16) * isum - mu_f16_to_f32(dmin16) * summ;
         }
         y[r] = sum;
     }
 }
 
-/* Q6_K x Q8_K: sixteen groups of 16 with signed int8 scales, values q-32. */
+static void matvec_q8_Q4_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+    matvec_q8_k4(MU_TYPE_Q4_K, w, rb, nr, xq, n, y);
+}
+static void matvec_q8_Q5_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+    matvec_q8_k4(MU_TYPE_Q5_K, w, rb, nr, xq, n, y);
+}
+
+/* Q6_K: sixteen groups of 16 with signed int8 scales; values are taken as
+ * unsigned 0..63 and the -32 goes through ds:
+ *   sum (q-32)*a*sc*da = sum q*a*sc*da - 32*sc*ds. */
 static void matvec_q8_Q6_K(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
     const int64_t nb = n / MU_QK_K;
-    const mu_block_q8_K *a = xq;
+    const int8_t *aq = xq;
+    const float *ad = mu_act_d(xq, n), *ads = mu_act_ds(xq, n);
     for (int64_t r = 0; r < nr; r++) {
         const mu_block_q6_K *b = (const mu_block_q6_K *)((const uint8_t *)w + (uint64_t)r * rb);
         float sum = 0.0f;
         for (int64_t i = 0; i < nb; i++) {
-            int8_t q6[256];
+            uint8_t q6[256];
             for (int h = 0; h < 2; h++) {
                 const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
-                int8_t *o = q6 + 128 * h;
+                uint8_t *o = q6 + 128 * h;
                 for (int l = 0; l < 32; l++) {
-                    o[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                    o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                    o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                    o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                    o[l] = (uint8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+                    o[l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+                    o[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                    o[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
                 }
             }
-            int32_t sumi = 0;
+            float isum = 0.0f, corr = 0.0f;
             for (int g = 0; g < 16; g++) {
                 int32_t s = 0;
-                for (int l = 0; l < 16; l++) s += q6[16 * g + l] * a[i].qs[16 * g + l];
-                sumi += b[i].scales[g] * s;
+                for (int l = 0; l < 16; l++) s += q6[16 * g + l] * aq[i * MU_QK_K + 16 * g + l];
+                isum += ad[16 * i + g] * (float)(b[i].scales[g] * s);
+                corr += (float)b[i].scales[g] * ads[16 * i + g];
             }
-            sum += mu_f16_to_f32(b[i].d) * a[i].d * (float)sumi;
+            sum += mu_f16_to_f32(b[i].d) * (isum - 32.0f * corr);
+        }
+        y[r] = sum;
+    }
+}
+
+/* Q8_0 / Q4_0: each 32-weight block spans activation groups 2i and 2i+1. */
+static void matvec_q8_32(uint32_t type, const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
+    const int64_t nb = n / 32;
+    const int8_t *aq = xq;
+    const float *ad = mu_act_d(xq, n);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb;
+        float sum = 0.0f;
+        for (int64_t i = 0; i < nb; i++) {
+            int32_t s[2] = {0, 0};
+            uint16_t d16;
+            if (type == MU_TYPE_Q8_0) {
+                const mu_block_q8_0 *b = (const mu_block_q8_0 *)row + i;
+                for (int l = 0; l < 32; l++) s[l / 16] += b->qs[l] * aq[32 * i + l];
+                d16 = b->d;
+            } else {
+                const mu_block_q4_0 *b = (const mu_block_q4_0 *)row + i;
+                for (int l = 0; l < 16; l++) {
+                    s[0] += ((b->qs[l] & 0xF) - 8) * aq[32 * i + l];
+                    s[1] += ((b->qs[l] >> 4) - 8) * aq[32 * i + l + 16];
+                }
+                d16 = b->d;
+            }
+            sum += mu_f16_to_f32(d16) * (ad[2 * i] * (float)s[0] + ad[2 * i + 1] * (float)s[1]);
         }
         y[r] = sum;
     }
 }
 
 static void matvec_q8_Q8_0(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    const int64_t nb = n / 32;
-    const mu_block_q8_0 *a = xq;
-    for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q8_0 *b = (const mu_block_q8_0 *)((const uint8_t *)w + (uint64_t)r * rb);
-        float sum = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++) s += b[i].qs[l] * a[i].qs[l];
-            sum += mu_f16_to_f32(b[i].d) * mu_f16_to_f32(a[i].d) * (float)s;
-        }
-        y[r] = sum;
-    }
+    matvec_q8_32(MU_TYPE_Q8_0, w, rb, nr, xq, n, y);
 }
-
 static void matvec_q8_Q4_0(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    const int64_t nb = n / 32;
-    const mu_block_q8_0 *a = xq;
-    for (int64_t r = 0; r < nr; r++) {
-        const mu_block_q4_0 *b = (const mu_block_q4_0 *)((const uint8_t *)w + (uint64_t)r * rb);
-        float sum = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            int32_t s = 0;
-            for (int l = 0; l < 16; l++) {
-                s += ((b[i].qs[l] & 0xF) - 8) * a[i].qs[l];
-                s += ((b[i].qs[l] >> 4) - 8) * a[i].qs[l + 16];
-            }
-            sum += mu_f16_to_f32(b[i].d) * mu_f16_to_f32(a[i].d) * (float)s;
+    matvec_q8_32(MU_TYPE_Q4_0, w, rb, nr, xq, n, y);
+}
+
+/* The fast-lane quantizer (kernels.h): per group of 16, iscale = 127/amax,
+ * q = nearest-even(x * iscale) (lrintf in the default rounding mode, as
+ * cvtps2dq does), d = 1/iscale, ds = d * sum(q). */
+static void quantize_act(const float *x, void *dst, int64_t n) {
+    int8_t *qs = dst;
+    float *d = (float *)mu_act_d(dst, n), *ds = (float *)mu_act_ds(dst, n);
+    for (int64_t g = 0; g < n / MU_ACT_GROUP; g++) {
+        const float *xg = x + g * MU_ACT_GROUP;
+        float amax = 0.0f;
+        for (int i = 0; i < MU_ACT_GROUP; i++) amax = fmaxf(amax, fabsf(xg[i]));
+        if (amax == 0.0f) {
+            memset(qs + g * MU_ACT_GROUP, 0, MU_ACT_GROUP);
+            d[g] = ds[g] = 0.0f;
+            continue;
         }
-        y[r] = sum;
+        const float iscale = 127.0f / amax;
+        int sum = 0;
+        for (int i = 0; i < MU_ACT_GROUP; i++) {
+            long q = lrintf(xg[i] * iscale);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            qs[g * MU_ACT_GROUP + i] = (int8_t)q;
+            sum += (int)q;
+        }
+        d[g] = 1.0f / iscale;
+        ds[g] = d[g] * (float)sum;
     }
 }
 
-static void quantize_q8_K(const float *x, void *dst, int64_t n) {
-    mu_type_get(MU_TYPE_Q8_K)->quant_row(x, dst, n);
+/* ---- prefill: one matvec per token -------------------------------------- */
+
+static void matmul_f32_ref(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, int64_t T, float *y,
+                           int64_t ldy, mu_matvec_f32_fn mv) {
+    for (int64_t t = 0; t < T; t++) mv(w, rb, nr, x + t * n, n, y + t * ldy);
 }
-static void quantize_q8_0(const float *x, void *dst, int64_t n) {
-    mu_type_get(MU_TYPE_Q8_0)->quant_row(x, dst, n);
+static void matmul_q8_ref(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, int64_t T,
+                          float *y, int64_t ldy, mu_matvec_q8_fn mv) {
+    for (int64_t t = 0; t < T; t++) mv(w, rb, nr, (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy);
 }
+
+#define MATMUL_WRAPPERS(T)                                                                                      \
+    static void matmul_f32_##T(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, int64_t nt, \
+                               float *y, int64_t ldy) {                                                       \
+        matmul_f32_ref(w, rb, nr, x, n, nt, y, ldy, matvec_f32_##T);                                          \
+    }
+#define MATMUL_Q8_WRAPPERS(T)                                                                                   \
+    static void matmul_q8_##T(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,  \
+                              int64_t nt, float *y, int64_t ldy) {                                            \
+        matmul_q8_ref(w, rb, nr, xq, xb, n, nt, y, ldy, matvec_q8_##T);                                       \
+    }
+MATMUL_WRAPPERS(F32)
+MATMUL_WRAPPERS(F16)
+MATMUL_WRAPPERS(BF16)
+MATMUL_WRAPPERS(Q8_0)
+MATMUL_WRAPPERS(Q4_0)
+MATMUL_WRAPPERS(Q4_K)
+MATMUL_WRAPPERS(Q5_K)
+MATMUL_WRAPPERS(Q6_K)
+MATMUL_Q8_WRAPPERS(Q8_0)
+MATMUL_Q8_WRAPPERS(Q4_0)
+MATMUL_Q8_WRAPPERS(Q4_K)
+MATMUL_Q8_WRAPPERS(Q5_K)
+MATMUL_Q8_WRAPPERS(Q6_K)
 
 /* ---- attention helpers ------------------------------------------------ */
 
-static float dot_f32(const float *a, const float *b, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+static void cvt_f16(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = mu_f16_to_f32(src[i]);
 }
-static float dot_f16_f32(const uint16_t *a, const float *b, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += mu_f16_to_f32(a[i]) * b[i];
-    return s;
+
+static void attn_scores(const float *q, int nq, const float *k, int64_t ldk, int nrows, int hd, float scale, float *s,
+                        int lds) {
+    for (int h = 0; h < nq; h++)
+        for (int r = 0; r < nrows; r++) {
+            float sum = 0.0f;
+            for (int e = 0; e < hd; e++) sum += q[(int64_t)h * hd + e] * k[r * ldk + e];
+            s[(int64_t)h * lds + r] = sum * scale;
+        }
 }
-static void axpy_f32(float a, const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+
+static void attn_pv(const float *p, int nq, int ldp, const float *v, int64_t ldv, int nrows, int hd, float *acc) {
+    for (int h = 0; h < nq; h++)
+        for (int r = 0; r < nrows; r++) {
+            const float w = p[(int64_t)h * ldp + r];
+            for (int e = 0; e < hd; e++) acc[(int64_t)h * hd + e] += w * v[r * ldv + e];
+        }
 }
-static void axpy_f16(float a, const uint16_t *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
+
+static float exp_sum(float *x, int64_t n, float sub) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += x[i] = expf(x[i] - sub);
+    return sum;
+}
+
+static void silu_mul(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+static void sigmoid_mul(float *o, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = o[i] / (1.0f + expf(-g[i]));
+}
+
+static void softcap(float *x, int64_t n, float scale, float cap) { mu_logits_finish(x, n, scale, cap); }
+
+static uint64_t stream_read(const void *p, size_t n) {
+    const uint64_t *w = p;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+        s0 ^= w[i];
+        s1 ^= w[i + 1];
+        s2 ^= w[i + 2];
+        s3 ^= w[i + 3];
+    }
+    return s0 ^ s1 ^ s2 ^ s3;
 }
 
 static mu_cpu_kernels scalar_table;
@@ -197,60 +288,71 @@ static mu_cpu_kernels scalar_table;
 const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
     mu_cpu_kernels *k = &scalar_table;
     if (k->isa) return k;
-    k->matvec_f32[MU_TYPE_F32] = matvec_f32_F32;
-    k->matvec_f32[MU_TYPE_F16] = matvec_f32_F16;
-    k->matvec_f32[MU_TYPE_BF16] = matvec_f32_BF16;
-    k->matvec_f32[MU_TYPE_Q8_0] = matvec_f32_Q8_0;
-    k->matvec_f32[MU_TYPE_Q4_0] = matvec_f32_Q4_0;
-    k->matvec_f32[MU_TYPE_Q4_K] = matvec_f32_Q4_K;
-    k->matvec_f32[MU_TYPE_Q5_K] = matvec_f32_Q5_K;
-    k->matvec_f32[MU_TYPE_Q6_K] = matvec_f32_Q6_K;
-    k->matvec_q8[MU_TYPE_Q8_0] = matvec_q8_Q8_0;
-    k->matvec_q8[MU_TYPE_Q4_0] = matvec_q8_Q4_0;
-    k->matvec_q8[MU_TYPE_Q4_K] = matvec_q8_Q4_K;
-    k->matvec_q8[MU_TYPE_Q5_K] = matvec_q8_Q5_K;
-    k->matvec_q8[MU_TYPE_Q6_K] = matvec_q8_Q6_K;
-    k->quantize_q8_K = quantize_q8_K;
-    k->quantize_q8_0 = quantize_q8_0;
-    k->dot_f32 = dot_f32;
-    k->dot_f16_f32 = dot_f16_f32;
-    k->axpy_f32 = axpy_f32;
-    k->axpy_f16 = axpy_f16;
+    MU_KERNELS_SET_FORMATS(k);
+    MU_KERNELS_SET_HELPERS(k);
     k->isa = "scalar";
     return k;
 }
 
-uint32_t mu_cpu_act_type(uint32_t weight_type) {
+bool mu_cpu_fast_type(uint32_t weight_type) {
     switch (weight_type) {
-    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: return MU_TYPE_Q8_K;
-    case MU_TYPE_Q8_0: case MU_TYPE_Q4_0: return MU_TYPE_Q8_0;
-    default: return MU_TYPE_F32;
+    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: case MU_TYPE_Q8_0: case MU_TYPE_Q4_0: return true;
+    default: return false;
     }
 }
 
 static bool cpu_has(const char *isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (!strcmp(isa, "avx2")) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (!strcmp(isa, "avx512"))
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool bw = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (!strcmp(isa, "avx2")) return avx2;
+    if (!strcmp(isa, "avx512bw")) return bw;
+    if (!strcmp(isa, "avx512")) return bw && __builtin_cpu_supports("avx512vnni");
+#elif defined(__aarch64__)
+    if (!strcmp(isa, "neon")) return true; /* Advanced SIMD is part of AArch64 */
 #endif
     return !strcmp(isa, "scalar");
 }
 
+static const mu_cpu_kernels *table_for(const char *isa) {
+    if (!cpu_has(isa)) return NULL;
+    if (!strcmp(isa, "scalar")) return mu_cpu_kernels_scalar();
+    if (!strcmp(isa, "avx2")) return mu_cpu_kernels_avx2();
+    if (!strcmp(isa, "avx512bw")) return mu_cpu_kernels_avx512bw();
+    if (!strcmp(isa, "avx512")) return mu_cpu_kernels_avx512();
+    if (!strcmp(isa, "neon")) return mu_cpu_kernels_neon();
+    return NULL;
+}
+
+/* Best last. */
+static const char *const isa_order[] = {"scalar", "neon", "avx2", "avx512bw", "avx512"};
+
+int mu_cpu_kernels_all(const mu_cpu_kernels **out, int cap) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof isa_order / sizeof isa_order[0]; i++) {
+        const mu_cpu_kernels *k = table_for(isa_order[i]);
+        if (k && n < cap) out[n++] = k;
+    }
+    return n;
+}
+
 const mu_cpu_kernels *mu_cpu_kernels_get(const char *isa) {
     if (!isa || !*isa) isa = getenv("MUSER_ISA");
-    if (isa && *isa) {
-        if (!cpu_has(isa)) return NULL;
-        if (!strcmp(isa, "scalar")) return mu_cpu_kernels_scalar();
-        if (!strcmp(isa, "avx2")) return mu_cpu_kernels_avx2();
-        if (!strcmp(isa, "avx512")) return mu_cpu_kernels_avx512();
-        return NULL;
-    }
-    const mu_cpu_kernels *k = NULL;
-    if (cpu_has("avx512")) k = mu_cpu_kernels_avx512();
-    if (!k && cpu_has("avx2")) k = mu_cpu_kernels_avx2();
-    return k ? k : mu_cpu_kernels_scalar();
+    if (isa && *isa) return table_for(isa);
+    const mu_cpu_kernels *all[8];
+    int n = mu_cpu_kernels_all(all, 8);
+    return all[n - 1]; /* scalar is always there */
 }
+
+/* Tables of the ISAs this build does not compile (the per-ISA files define
+ * theirs where the target has them). */
+#if !(defined(__x86_64__) || defined(__i386__))
+const mu_cpu_kernels *mu_cpu_kernels_avx2(void) { return NULL; }
+const mu_cpu_kernels *mu_cpu_kernels_avx512bw(void) { return NULL; }
+const mu_cpu_kernels *mu_cpu_kernels_avx512(void) { return NULL; }
+#endif
+#if !defined(__aarch64__)
+const mu_cpu_kernels *mu_cpu_kernels_neon(void) { return NULL; }
+#endif

@@ -15,6 +15,22 @@
 #include "kv/kv.h"
 #include "model/model.h"
 #include "muser.h"
+#include "quant/quant.h"
+
+/* ---- profiling (muser bench --profile) -------------------------------------
+ * Families: weight matmuls by weight type (index = the type id), then the
+ * rest. Times are wall time on the session's thread. */
+enum {
+    MU_PROF_ATTN = MU_TYPE_COUNT, /* attention over the KV planes            */
+    MU_PROF_ELEMWISE,             /* norms, RoPE, gates, SwiGLU, KV stores   */
+    MU_PROF_QUANT,                /* fast lane: activation quantization      */
+    MU_PROF_LM_HEAD,              /* the output matrix                       */
+    MU_PROF_EMBED,                /* the embedding row                       */
+    MU_PROF_COUNT
+};
+typedef struct mu_prof_entry {
+    uint64_t ns, calls, bytes;
+} mu_prof_entry;
 
 typedef struct mu_backend mu_backend;
 
@@ -28,6 +44,13 @@ typedef struct mu_backend_ops {
     int (*truncate)(mu_backend *b, int pos);
     void (*reset)(mu_backend *b);
     void (*free)(mu_backend *b);
+    /* Optional (NULL where unsupported), for `muser bench` only:
+     * fill_kv makes the planes hold positions 0..depth-1 of random finite
+     * K/V (no forward pass), as if depth tokens had been decoded;
+     * profile turns per-family timers on (and zeroes them) or off and
+     * returns them ([MU_PROF_COUNT]). */
+    int (*fill_kv)(mu_backend *b, int depth, uint64_t seed);
+    const mu_prof_entry *(*profile)(mu_backend *b, bool on);
     /* Ring checkpoints (optional; NULL when the backend never needs them):
      * save copies every sliding ring (bookkeeping and rows) into a blob;
      * restore puts the rings back and cuts the growing planes to pos, the
@@ -76,6 +99,14 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
  * advances by one position. Logits are kept only when keep_logits. */
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
                              muser_token *next);
+
+/* Bench hooks on a session (see mu_backend_ops). fill_kv resets the
+ * session, fills its planes and sets its position to depth. */
+int mu_session_fill_kv(muser_session *s, int depth, uint64_t seed);
+/* NULL when the backend has no profiler. */
+const mu_prof_entry *mu_session_profile(muser_session *s, bool on);
+const mu_model *mu_session_model(const muser_session *s);
+const mu_session_config *mu_session_config_of(const muser_session *s);
 
 /* ---- attention routes ----------------------------------------------------
  * The route ladder for decode attention over one plane. Predicates fail

@@ -323,6 +323,28 @@ int muser_session_truncate(muser_session *s, int pos) {
     return 0;
 }
 
+int mu_session_fill_kv(muser_session *s, int depth, uint64_t seed) {
+    if (!s->backend->ops->fill_kv)
+        return mu_fail(MUSER_EUNSUPPORTED, "the %s backend cannot fill its KV cache directly", s->backend->ops->name);
+    if (depth < 0 || depth > s->cfg.n_ctx)
+        return mu_fail(MUSER_ERANGE, "depth %d is outside the session's context of %d", depth, s->cfg.n_ctx);
+    muser_session_reset(s);
+    int rc = s->backend->ops->fill_kv(s->backend, depth, seed);
+    if (rc) {
+        muser_session_reset(s);
+        return rc;
+    }
+    s->pos = depth;
+    return 0;
+}
+
+const mu_prof_entry *mu_session_profile(muser_session *s, bool on) {
+    return s->backend->ops->profile ? s->backend->ops->profile(s->backend, on) : NULL;
+}
+
+const mu_model *mu_session_model(const muser_session *s) { return s->model; }
+const mu_session_config *mu_session_config_of(const muser_session *s) { return &s->cfg; }
+
 void muser_session_set_checkpoints(muser_session *s, int max) {
     if (max < 0) max = 0;
     while (s->n_ckpt > max) drop_checkpoint(&s->ckpt[--s->n_ckpt]);

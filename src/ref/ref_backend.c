@@ -199,7 +199,8 @@ static void ref_free(mu_backend *base) {
     free(b);
 }
 
-static const mu_backend_ops ref_ops = {"ref", ref_forward, ref_truncate, ref_reset, ref_free, NULL, NULL, NULL};
+static const mu_backend_ops ref_ops = {
+    .name = "ref", .forward = ref_forward, .truncate = ref_truncate, .reset = ref_reset, .free = ref_free};
 
 int mu_ref_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
     ref_backend *b = calloc(1, sizeof *b);

@@ -9,3 +9,4 @@ MU_COMMAND("synth", cmd_synth, "write a synthetic Muse Glimmer model (nano, micr
 MU_COMMAND("serve", cmd_serve, "OpenAI-compatible HTTP server: chat, completions, streaming, tools, prompt caching")
 MU_COMMAND("quantize", cmd_quantize, "convert an f32/f16/bf16 GGUF to another format or mix")
 MU_COMMAND("version", cmd_version, "print the version")
+MU_COMMAND("bench", cmd_bench, "decode and prefill speed, GB/s against the measured memory bandwidth, --profile")

@@ -1,0 +1,159 @@
+/* cpu_matmul.c — matmul sets: every job of a set reads the same input, and
+ * the rows of all jobs form one space run as a single parallel region.
+ *
+ * Scheduling is by bytes: each job's rows are cut into units of about the
+ * same number of weight bytes (so a Q6_K row counts for more than a Q4_K
+ * row), and threads claim runs of units from a shared counter, guided:
+ * a claim takes 1/(2*threads) of what is left, at least one unit and at
+ * most MAX_CLAIM_UNITS. Claims of up to ~1 MiB keep each thread on long
+ * sequential streams; smaller claims at the end even out the finish. The
+ * cap matters on a shared machine: a thread that another process preempts
+ * holds at most one claim the others cannot take over.
+ *
+ * Decode (T = 1) runs the matvec kernels; prefill runs the matmul kernels,
+ * which reuse each weight block across the tokens of the chunk.
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+#define MAX_JOBS 4
+#define ROW_ALIGN 16 /* rows per unit are a multiple of this (kernel row tiles) */
+#define MAX_CLAIM_UNITS 32
+
+typedef struct mm_set {
+    cpu_backend *b;
+    const mm_job *jobs;
+    int n_jobs;
+    const float *x; /* [T][cols] */
+    int T;
+    int64_t unit_rows[MAX_JOBS];
+    int64_t unit_first[MAX_JOBS + 1]; /* prefix sums of units per job */
+    _Alignas(64) atomic_llong next;   /* next unclaimed unit */
+} mm_set;
+
+static uint8_t *quantized_input(cpu_backend *b, int t, int64_t cols) {
+    return b->xq + (size_t)t * (size_t)mu_act_row_bytes(cols);
+}
+
+static bool fast_job(const cpu_backend *b, const mu_weight *w) {
+    return b->cfg.lane == MUSER_LANE_FAST && mu_cpu_fast_type(w->type) && b->k->matvec_q8[w->type];
+}
+
+/* Rows [r0, r1) of one job, for all T tokens. */
+static void run_rows(cpu_backend *b, const mm_job *job, const float *x, int T, int64_t r0, int64_t r1) {
+    const mu_weight *w = job->w;
+    const int64_t cols = w->cols;
+    const mu_cpu_kernels *k = b->k;
+    const uint8_t *rows = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
+    float *y = job->y + r0;
+    if (fast_job(b, w)) {
+        const void *xq = quantized_input(b, 0, cols);
+        if (T == 1) k->matvec_q8[w->type](rows, w->row_bytes, r1 - r0, xq, cols, y);
+        else k->matmul_q8[w->type](rows, w->row_bytes, r1 - r0, xq, mu_act_row_bytes(cols), cols, T, y, w->rows);
+    } else {
+        if (T == 1) k->matvec_f32[w->type](rows, w->row_bytes, r1 - r0, x, cols, y);
+        else k->matmul_f32[w->type](rows, w->row_bytes, r1 - r0, x, cols, T, y, w->rows);
+    }
+}
+
+static void mm_set_worker(void *ctx, int ith, int nth) {
+    (void)ith;
+    mm_set *s = ctx;
+    const long long total = s->unit_first[s->n_jobs];
+    for (;;) {
+        long long u0 = atomic_load_explicit(&s->next, memory_order_relaxed), take;
+        do {
+            if (u0 >= total) return;
+            take = (total - u0) / (2 * nth);
+            if (take < 1) take = 1;
+            if (take > MAX_CLAIM_UNITS) take = MAX_CLAIM_UNITS;
+        } while (!atomic_compare_exchange_weak_explicit(&s->next, &u0, u0 + take, memory_order_relaxed,
+                                                        memory_order_relaxed));
+        const long long u1 = u0 + take;
+        for (int j = 0; j < s->n_jobs; j++) {
+            const long long a = u0 > s->unit_first[j] ? u0 : s->unit_first[j];
+            const long long e = u1 < s->unit_first[j + 1] ? u1 : s->unit_first[j + 1];
+            if (a >= e) continue;
+            const int64_t rows = s->jobs[j].w->rows;
+            const int64_t r0 = (a - s->unit_first[j]) * s->unit_rows[j];
+            int64_t r1 = (e - s->unit_first[j]) * s->unit_rows[j];
+            if (r1 > rows) r1 = rows;
+            run_rows(s->b, &s->jobs[j], s->x, s->T, r0, r1);
+        }
+    }
+}
+
+/* Quantizes the input rows once for the whole set (fast lane). */
+typedef struct quant_ctx {
+    cpu_backend *b;
+    const float *x;
+    int T;
+    int64_t cols;
+    _Alignas(64) atomic_int next; /* next unclaimed token */
+} quant_ctx;
+
+static void quantize_tokens(const quant_ctx *c, int t0, int t1) {
+    for (int t = t0; t < t1; t++)
+        c->b->k->quantize_act(c->x + (int64_t)t * c->cols, quantized_input(c->b, t, c->cols), c->cols);
+}
+
+static void quant_worker(void *ctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    quant_ctx *c = ctx;
+    for (int t; (t = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < c->T;) quantize_tokens(c, t, t + 1);
+}
+
+static void quantize_inputs(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int64_t cols) {
+    bool need = false;
+    for (int j = 0; j < n_jobs; j++) need |= fast_job(b, jobs[j].w);
+    if (!need) return;
+    quant_ctx c = {b, x, T, cols, 0};
+    PROF_BEGIN(b);
+    if (T >= 8) mu_pool_run_elastic(b->pool, quant_worker, &c);
+    else quantize_tokens(&c, 0, T);
+    PROF_END(b, MU_PROF_QUANT, 1, (uint64_t)T * (uint64_t)cols * 4);
+}
+
+void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int prof_family) {
+    mm_set s;
+    memset(&s, 0, sizeof s);
+    s.b = b;
+    s.jobs = jobs;
+    s.n_jobs = n_jobs;
+    s.x = x;
+    s.T = T;
+    /* Units of ~32 KiB of weights in decode; bigger in prefill, where a
+     * unit is also a tile the kernel reuses across T tokens. */
+    uint64_t unit_bytes = 32u << 10;
+    if (T > 1) unit_bytes = (uint64_t)(T < 32 ? T : 32) * (32u << 10);
+    uint64_t bytes = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const mu_weight *w = jobs[j].w;
+        int64_t ur = (int64_t)(unit_bytes / (w->row_bytes ? w->row_bytes : 1));
+        ur = (ur + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+        if (ur < ROW_ALIGN) ur = ROW_ALIGN;
+        s.unit_rows[j] = ur;
+        s.unit_first[j + 1] = s.unit_first[j] + (w->rows + ur - 1) / ur;
+        bytes += (uint64_t)w->rows * w->row_bytes;
+    }
+    atomic_init(&s.next, 0);
+    quantize_inputs(b, jobs, n_jobs, x, T, jobs[0].w->cols);
+    PROF_BEGIN(b);
+    mu_pool_run_elastic(b->pool, mm_set_worker, &s);
+#if MUSER_PROFILE
+    if (b->prof.on) {
+        /* A set's time is shared among its weight types by bytes. */
+        const uint64_t ns = mu_prof_now_ns() - prof_t0_;
+        for (int j = 0; j < n_jobs; j++) {
+            const mu_weight *w = jobs[j].w;
+            const uint64_t wb = (uint64_t)w->rows * w->row_bytes;
+            mu_prof_entry *e = &b->prof.e[prof_family >= 0 ? prof_family : (int)w->type];
+            e->ns += bytes ? (uint64_t)((double)ns * (double)wb / (double)bytes) : 0;
+            e->calls += 1;
+            e->bytes += wb;
+        }
+    }
+#endif
+}

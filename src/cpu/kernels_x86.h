@@ -1,0 +1,857 @@
+/* kernels_x86.h — the x86 SIMD kernels, written once over the vocabulary of
+ * simd_x86.h and compiled per ISA (kernels_avx2.c, kernels_avx512bw.c,
+ * kernels_avx512.c include this file and fill their table with
+ * x86_fill_table). Everything here is static.
+ *
+ * Exact lane (f32 activations). Each 16-weight group of a block is
+ * dequantized in registers as q * scale + offset (one fused multiply-add,
+ * scale and offset per group) and multiplied into 16 lanes of partial sums.
+ *
+ * Fast lane (int8 activations). K-quant blocks are unpacked into four
+ * 64-byte "units" of unsigned values (Q4_K: the low and high nibbles of a
+ * 32-byte chunk; Q5_K: plus the fifth bit; Q6_K: 6-bit values 0..63) with a
+ * vector of 16-bit group scales per unit. Per unit:
+ *     isum += dpwssd(maddubs(q_u8, a_s8), scales)
+ * Dword lane l of isum holds bytes 4l..4l+3 of the unit, so it lies in
+ * activation group 4u + l/4 and takes that group's scale; per block
+ *     y += d * sum_u float(isum_u) * da_u  -  sum_g mins_g * ds_g
+ * where ds_g = da_g * sum(a of g) comes with the activations. Q6_K's -32
+ * offset is the "min" term with mins = 32*scales and dmin = d.
+ *
+ * Prefill. The fast-lane matmul unpacks each weight block once per tile of
+ * tokens and runs it against all of them. The exact-lane matmul dequantizes
+ * a tile of rows once (as f32, rows interleaved per k) and runs a
+ * register-tiled outer-product kernel over all tokens.
+ */
+#ifndef MU_KERNELS_X86_H
+#define MU_KERNELS_X86_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/simd_x86.h"
+
+/* Register tiles (see the matmul kernels): tokens per fast-lane tile, rows
+ * (in vectors of 16) and tokens of the exact-lane tile. AVX2 holds half as
+ * many 512-bit values in its 16 registers. */
+#if MU_X86_512
+#define KQ_NT 4
+#define MM_MRV 3
+#define MM_NR 8
+#else
+#define KQ_NT 2
+#define MM_MRV 1
+#define MM_NR 4
+#endif
+#define MM_MR (16 * MM_MRV)
+
+static inline float f16f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Software prefetch of the weight stream, PF_DIST bytes ahead of the block
+ * being read (rows of a call are contiguous, so this runs on into the next
+ * row). The hardware prefetcher alone leaves a single core well below the
+ * memory's bandwidth when a kernel does real work per byte. */
+#ifndef PF_DIST
+#define PF_DIST 4096 /* measured best of 512..6144 on Zen 5 (single core, DRAM) */
+#endif
+MU_INLINE void prefetch_span(const void *p, uint64_t bytes) {
+    for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);
+}
+
+/* f16 of a scale, saturated as the scalar quantizers store it */
+static inline uint16_t f16_saturated(float v) {
+    return mu_f32_to_f16(v > 65504.0f ? 65504.0f : v < -65504.0f ? -65504.0f : v);
+}
+
+/* =====================================================================
+ * K-quant scale unpacking (Q4_K, Q5_K): the eight 6-bit scales and mins
+ * of the 12 packed bytes (layout in quant.h), as two 8-byte words:
+ *   sc[0..3] = s[0..3] & 63,   sc[4..7] = (s[8..11] & 15) | (s[0..3] >> 6) << 4
+ *   m[0..3]  = s[4..7] & 63,   m[4..7]  = (s[8..11] >> 4) | (s[4..7] >> 6) << 4
+ * done four bytes at a time. */
+MU_INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *m) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s, 4);
+    memcpy(&w1, s + 4, 4);
+    memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3F3F3F3Fu, m_lo = w1 & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((w2 >> 4) & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u);
+    *sc = sc_lo | (uint64_t)sc_hi << 32;
+    *m = m_lo | (uint64_t)m_hi << 32;
+}
+
+/* 8 unsigned bytes -> 8 floats times f */
+MU_INLINE __m256 u8x8_times(uint64_t b, float f) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b))), _mm256_set1_ps(f));
+}
+
+/* =====================================================================
+ * Exact lane: per-format group producers. grp_<fmt>(block, g) returns the
+ * raw integer values of the 16-weight group g (0..15) as floats, and
+ * consts_<fmt>(block, s, o) fills the per-group scale and offset so that
+ * weight = q*s[g] + o[g]. */
+
+typedef struct grp_consts {
+    float s[16], o[16];
+} grp_consts;
+/* Q4_K/Q5_K groups 2j and 2j+1 share sub-block j's scale and min; Q6_K has
+ * one per group. */
+
+/* Q4_K: group g lies in chunk g/4 (bytes 32(g/4)..+31), low nibbles for
+ * g%4 < 2, high nibbles otherwise; sub-block g/2. */
+MU_INLINE vf grp_Q4_K(const mu_block_q4_K *b, int g) {
+    vi q = vi_from_u8x16(b->qs + 32 * (g / 4) + 16 * (g & 1));
+    if (g & 2) q = vi_srli32(q, 4);
+    return vf_from_i32(vi_and(q, vi_set1_32(0x0F)));
+}
+MU_INLINE void consts_k4(uint16_t d16, uint16_t dmin16, const uint8_t *scales, grp_consts *c) {
+    uint64_t sc, m;
+    k4_scales(scales, &sc, &m);
+    const __m256 s8 = u8x8_times(sc, f16f(d16)), o8 = u8x8_times(m, -f16f(dmin16));
+    /* duplicate each entry: s[2j] = s[2j+1] = scale of sub-block j */
+    const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    _mm256_storeu_ps(c->s, _mm256_permutevar8x32_ps(s8, lo));
+    _mm256_storeu_ps(c->s + 8, _mm256_permutevar8x32_ps(s8, hi));
+    _mm256_storeu_ps(c->o, _mm256_permutevar8x32_ps(o8, lo));
+    _mm256_storeu_ps(c->o + 8, _mm256_permutevar8x32_ps(o8, hi));
+}
+MU_INLINE void consts_Q4_K(const mu_block_q4_K *b, grp_consts *c) { consts_k4(b->d, b->dmin, b->scales, c); }
+
+/* Q5_K: as Q4_K plus bit (sub-block index) of qh[l] as value 16. */
+MU_INLINE vf grp_Q5_K(const mu_block_q5_K *b, int g) {
+    const int half = g & 1, sub = g / 2;
+    vi q = vi_from_u8x16(b->qs + 32 * (g / 4) + 16 * half);
+    if (g & 2) q = vi_srli32(q, 4);
+    q = vi_and(q, vi_set1_32(0x0F));
+    vi h = vi_from_u8x16(b->qh + 16 * half);
+    h = sub <= 4 ? vi_slli32(h, 4 - sub) : vi_srli32(h, sub - 4);
+    return vf_from_i32(vi_or(q, vi_and(h, vi_set1_32(0x10))));
+}
+MU_INLINE void consts_Q5_K(const mu_block_q5_K *b, grp_consts *c) { consts_k4(b->d, b->dmin, b->scales, c); }
+
+/* Q6_K: half h = g/8 uses ql+64h, qh+32h; within it, quarter k = (g/2)%4
+ * selects (low nibble of ql[l]), (low of ql[l+32]), (high of ql[l]), (high
+ * of ql[l+32]) with qh bits 2k..2k+1; l runs over 16(g%2)..+15. Values are
+ * 0..63 and weight = d*sc[g]*(q - 32). */
+MU_INLINE vf grp_Q6_K(const mu_block_q6_K *b, int g) {
+    const int h = g / 8, k = (g / 2) % 4, l0 = 16 * (g & 1);
+    vi q = vi_from_u8x16(b->ql + 64 * h + l0 + 32 * (k & 1));
+    if (k & 2) q = vi_srli32(q, 4);
+    q = vi_and(q, vi_set1_32(0x0F));
+    vi hb = vi_and(vi_srli32(vi_from_u8x16(b->qh + 32 * h + l0), 2 * k), vi_set1_32(3));
+    return vf_from_i32(vi_or(q, vi_slli32(hb, 4)));
+}
+MU_INLINE void consts_Q6_K(const mu_block_q6_K *b, grp_consts *c) {
+    const vf s = vf_mul(vf_from_i32(vi_from_s8x16(b->scales)), vf_set1(f16f(b->d)));
+    vf_store(c->s, s);
+    vf_store(c->o, vf_mul(s, vf_set1(-32.0f)));
+}
+
+/* Dequantizes nb blocks into out (for the exact-lane matmul tiles). */
+#define EXACT_KQUANT(fmt, block_t)                                                                              \
+    static void deq_##fmt(const void *src, float *out, int64_t nb) {                                          \
+        const block_t *b = src;                                                                               \
+        for (int64_t i = 0; i < nb; i++) {                                                                    \
+            grp_consts c;                                                                                     \
+            consts_##fmt(&b[i], &c);                                                                          \
+            MU_UNROLL(16)                                                                                     \
+            for (int g = 0; g < 16; g++)                                                                      \
+                vf_store(out + i * MU_QK_K + 16 * g,                                                          \
+                         vf_fma(grp_##fmt(&b[i], g), vf_set1(c.s[g]), vf_set1(c.o[g])));                      \
+        }                                                                                                     \
+    }
+
+EXACT_KQUANT(Q4_K, mu_block_q4_K)
+EXACT_KQUANT(Q5_K, mu_block_q5_K)
+EXACT_KQUANT(Q6_K, mu_block_q6_K)
+
+/* ---- 32-element formats, exact lane: sum q*x per block, then times d --- */
+
+MU_INLINE vf grp_Q8_0(const mu_block_q8_0 *b, int half) { return vf_from_i32(vi_from_s8x16(b->qs + 16 * half)); }
+MU_INLINE vf grp_Q4_0(const mu_block_q4_0 *b, int half) {
+    vi q = vi_from_u8x16(b->qs);
+    if (half) q = vi_srli32(q, 4);
+    return vf_from_i32(vi_sub32(vi_and(q, vi_set1_32(0x0F)), vi_set1_32(8)));
+}
+
+#define EXACT_32(fmt, block_t)                                                                                  \
+    static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
+        const int64_t nb = n / 32;                                                                            \
+        for (int64_t r = 0; r < nr; r++) {                                                                    \
+            const block_t *b = (const block_t *)((const uint8_t *)w + (uint64_t)r * rb);                      \
+            vf acc = vf_zero();                                                                               \
+            for (int64_t i = 0; i < nb; i++) {                                                                \
+                if (!(i & 1)) prefetch_span(&b[i], 2 * sizeof(block_t));                                     \
+                vf s = vf_mul(grp_##fmt(&b[i], 0), vf_load(x + 32 * i));                                      \
+                s = vf_fma(grp_##fmt(&b[i], 1), vf_load(x + 32 * i + 16), s);                                 \
+                acc = vf_fma(s, vf_set1(f16f(b[i].d)), acc);                                                  \
+            }                                                                                                 \
+            y[r] = vf_hsum(acc);                                                                              \
+        }                                                                                                     \
+    }                                                                                                         \
+    static void deq_##fmt(const void *src, float *out, int64_t nb) {                                          \
+        const block_t *b = src;                                                                               \
+        for (int64_t i = 0; i < nb; i++) {                                                                    \
+            const vf d = vf_set1(f16f(b[i].d));                                                               \
+            vf_store(out + 32 * i, vf_mul(grp_##fmt(&b[i], 0), d));                                           \
+            vf_store(out + 32 * i + 16, vf_mul(grp_##fmt(&b[i], 1), d));                                      \
+        }                                                                                                     \
+    }
+
+EXACT_32(Q8_0, mu_block_q8_0)
+EXACT_32(Q4_0, mu_block_q4_0)
+
+/* ---- float weights (both lanes) -------------------------------------------
+ * Four accumulators of 16 lanes; the n % 16 tail is scalar. */
+
+#define EXACT_FLOAT(fmt, elem_t, load16, scalar)                                                                \
+    static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
+        for (int64_t r = 0; r < nr; r++) {                                                                    \
+            const elem_t *row = (const elem_t *)((const uint8_t *)w + (uint64_t)r * rb);                      \
+            vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();                                \
+            int64_t i = 0;                                                                                    \
+            for (; i + 64 <= n; i += 64) {                                                                    \
+                prefetch_span(row + i, 64 * sizeof(elem_t));                                                  \
+                a0 = vf_fma(load16(row + i), vf_load(x + i), a0);                                             \
+                a1 = vf_fma(load16(row + i + 16), vf_load(x + i + 16), a1);                                   \
+                a2 = vf_fma(load16(row + i + 32), vf_load(x + i + 32), a2);                                   \
+                a3 = vf_fma(load16(row + i + 48), vf_load(x + i + 48), a3);                                   \
+            }                                                                                                 \
+            for (; i + 16 <= n; i += 16) a0 = vf_fma(load16(row + i), vf_load(x + i), a0);                    \
+            float sum = vf_hsum(vf_add(vf_add(a0, a1), vf_add(a2, a3)));                                      \
+            for (; i < n; i++) sum += scalar(row[i]) * x[i];                                                  \
+            y[r] = sum;                                                                                       \
+        }                                                                                                     \
+    }                                                                                                         \
+    static void deq_##fmt(const void *src, float *out, int64_t n) {                                           \
+        const elem_t *row = src;                                                                              \
+        int64_t i = 0;                                                                                        \
+        for (; i + 16 <= n; i += 16) vf_store(out + i, load16(row + i));                                      \
+        for (; i < n; i++) out[i] = scalar(row[i]);                                                           \
+    }
+
+static inline float f32_id(float v) { return v; }
+static inline float bf16f(uint16_t h) { return mu_bf16_to_f32(h); }
+EXACT_FLOAT(F32, float, vf_load, f32_id)
+EXACT_FLOAT(F16, uint16_t, vf_from_f16, f16f)
+EXACT_FLOAT(BF16, uint16_t, vf_from_bf16, bf16f)
+
+/* =====================================================================
+ * Fast lane, K-quants: unpacked block (4 units of 64 unsigned values, their
+ * 16-bit scale vectors, 16 mins for the bsums term, and the two f32 block
+ * scales). */
+
+typedef struct kq_block {
+    vi q[4], sc[4];
+    __m256i mins; /* 16 x s16: the weight of bsums[g] in the min term */
+    float d, dmin;
+} kq_block;
+
+enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
+
+MU_INLINE void kq_unpack_k4(const uint8_t *scales, __m128i *sc16, __m256i *mins) {
+    uint64_t sc, m;
+    k4_scales(scales, &sc, &m);
+    *sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc));
+    const __m128i mm = _mm_cvtsi64_si128((long long)m);
+    *mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mm, mm)); /* m_j covers bsums 2j and 2j+1 */
+}
+
+/* Unit c of Q4_K/Q5_K: chunk c's low nibbles (sub-block 2c) then its high
+ * nibbles (sub-block 2c+1): 64 consecutive weights, matching 64
+ * consecutive activations. */
+MU_INLINE void kq_unpack(int fmt, const void *blk, kq_block *u) {
+    const vi m0F = vi_set1_8(0x0F);
+    if (fmt == KQ_Q4_K || fmt == KQ_Q5_K) {
+        const mu_block_q4_K *b4 = blk;
+        const mu_block_q5_K *b5 = blk;
+        const uint8_t *qs = fmt == KQ_Q4_K ? b4->qs : b5->qs;
+        __m128i sc16;
+        kq_unpack_k4(fmt == KQ_Q4_K ? b4->scales : b5->scales, &sc16, &u->mins);
+        vi hbits = fmt == KQ_Q5_K ? vi_bcast32(b5->qh) : vi_zero();
+        MU_UNROLL(4)
+        for (int c = 0; c < 4; c++) {
+            vi q = vi_and(vi_srl16_halves(vi_bcast32(qs + 32 * c), 0, 4), m0F);
+            if (fmt == KQ_Q5_K) {
+                /* bit 2c (low half) and 2c+1 (high half) of qh moved to bit 4 */
+                const int lo = 2 * c, hi = 2 * c + 1;
+                vi h = lo <= 3 ? vi_sll16_halves(hbits, 4 - lo, 4 - hi) : vi_srl16_halves(hbits, lo - 4, hi - 4);
+                q = vi_or(q, vi_and(h, vi_set1_8(0x10)));
+            }
+            u->q[c] = q;
+            u->sc[c] = vi_spread16x2(sc16, 2 * c, 2 * c + 1);
+        }
+        u->d = f16f(b4->d); /* d and dmin sit at the same offsets in both */
+        u->dmin = f16f(b4->dmin);
+    } else {
+        const mu_block_q6_K *b = blk;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const vi m30 = vi_set1_8(0x30);
+        MU_UNROLL(2)
+        for (int h = 0; h < 2; h++) {
+            const vi ql = vi_load(b->ql + 64 * h), qh = vi_bcast32(b->qh + 32 * h);
+            /* elements 128h + 0..63: low nibbles with qh bits 0-1 / 2-3 */
+            u->q[2 * h] = vi_or(vi_and(ql, m0F), vi_and(vi_sll16_halves(qh, 4, 2), m30));
+            /* elements 128h + 64..127: high nibbles with qh bits 4-5 / 6-7 */
+            u->q[2 * h + 1] = vi_or(vi_and(vi_srl16_halves(ql, 4, 4), m0F), vi_and(vi_srl16_halves(qh, 0, 2), m30));
+            u->sc[2 * h] = vi_spread8x4(sc16, 8 * h);
+            u->sc[2 * h + 1] = vi_spread8x4(sc16, 8 * h + 4);
+        }
+        u->mins = _mm256_slli_epi16(sc16, 5); /* sum (q-32)*a*sc = sum q*a*sc - 32*sc*bsum */
+        u->d = u->dmin = f16f(b->d);
+    }
+}
+
+MU_INLINE uint64_t kq_block_bytes(int fmt) {
+    return fmt == KQ_Q4_K ? sizeof(mu_block_q4_K) : fmt == KQ_Q5_K ? sizeof(mu_block_q5_K) : sizeof(mu_block_q6_K);
+}
+
+/* The activation side of a tile: token rows (fast-lane rows, kernels.h) and,
+ * per token and block, each unit's 16 lane scales da (d of the lane's
+ * group), spread once per token tile and shared by every row. */
+typedef struct kq_tokens {
+    const uint8_t *a0; /* token 0's row */
+    uint64_t stride;   /* bytes between token rows */
+    int64_t n;         /* row length */
+    int64_t b0, nb;    /* the column segment: first block, blocks */
+    float *da;         /* [nt][nb][4 units][16] */
+} kq_tokens;
+
+static void kq_tokens_prep(kq_tokens *tk, int nt) {
+    for (int t = 0; t < nt; t++) {
+        const float *d = mu_act_d(tk->a0 + (uint64_t)t * tk->stride, tk->n) + 16 * tk->b0;
+        for (int64_t i = 0; i < tk->nb; i++) {
+            const vf dv = vf_load(d + 16 * i);
+            float *o = tk->da + (t * tk->nb + i) * 64;
+            MU_UNROLL(4)
+            for (int c = 0; c < 4; c++) vf_store(o + 16 * c, vf_spread4x4(dv, 4 * c));
+        }
+    }
+}
+
+/* A register tile of one weight row x nt tokens: out[t] = row . token t.
+ * Each weight block is unpacked once for all nt tokens. nt is a
+ * compile-time constant at every call, so acc[] lives in registers.
+ * (Measured on Zen 5: one row x 4 tokens beats 1x8, 2x4 and 2x8, which
+ * spill or overflow L1 with the tokens' activations.) */
+MU_INLINE void kq_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt, float *out) {
+    const uint64_t bb = kq_block_bytes(fmt);
+    vf acc[KQ_NT];
+    for (int t = 0; t < nt; t++) acc[t] = vf_zero();
+    for (int64_t i = 0; i < tk->nb; i++) {
+        const uint8_t *blk = row + (uint64_t)i * bb;
+        prefetch_span(blk, bb);
+        kq_block u;
+        kq_unpack(fmt, blk, &u);
+        const vf d = vf_set1(u.d), mins = vf_mul(vf_from_i32(vi_from_s16x16(u.mins)), vf_set1(u.dmin));
+        MU_UNROLL(8)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
+            const int8_t *aq = (const int8_t *)arow + (tk->b0 + i) * MU_QK_K;
+            const float *da = tk->da + (t * tk->nb + i) * 64;
+            vf p = vf_zero();
+            MU_UNROLL(4)
+            for (int c = 0; c < 4; c++) {
+                const vi isum = vi_dpwssd(vi_zero(), vi_maddubs(u.q[c], vi_load(aq + 64 * c)), u.sc[c]);
+                p = vf_fma(vf_from_i32(isum), vf_load(da + 16 * c), p);
+            }
+            /* d * sum(isum * da) - sum_g mins_g * ds_g */
+            acc[t] = vf_fma(p, d, acc[t]);
+            acc[t] = vf_sub(acc[t], vf_mul(mins, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i))));
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]);
+}
+
+/* Rows [r0, r1) against the nt tokens of tk; y is token-major (y[t*ldy +
+ * r]); add: accumulate into it (a later column segment). */
+MU_INLINE void kq_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64_t r1, const kq_tokens *tk, int nt,
+                       float *y, int64_t ldy, bool add) {
+    float out[KQ_NT];
+    for (int64_t r = r0; r < r1; r++) {
+        kq_tile(fmt, w + (uint64_t)r * rb, tk, nt, out);
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = add ? y[t * ldy + r] + out[t] : out[t];
+    }
+}
+
+/* Decode and prefill alike. Rows go in tiles that stay in L2 while every
+ * token tile of KQ_NT runs over them (a ragged token tail one at a time).
+ * Columns go in segments: in prefill short ones, so a token tile's
+ * activations stay in L1 across the rows (16 blocks x 4 tokens = 16 KiB);
+ * in decode long ones, so each row streams from memory in one run. */
+#define KQ_SEG_PREFILL 16
+#define KQ_SEG_DECODE 96
+
+MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
+                         int64_t T, float *y, int64_t ldy) {
+    float da[(KQ_NT * KQ_SEG_PREFILL > KQ_SEG_DECODE ? KQ_NT * KQ_SEG_PREFILL : KQ_SEG_DECODE) * 64];
+    const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
+    const int64_t seg = T >= KQ_NT ? KQ_SEG_PREFILL : KQ_SEG_DECODE;
+    int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
+    if (rows_tile < 4) rows_tile = 4;
+    for (int64_t b0 = 0; b0 < nb_all; b0 += seg) {
+        const int64_t nb = nb_all - b0 < seg ? nb_all - b0 : seg;
+        const uint8_t *wseg = (const uint8_t *)w + b0 * bb;
+        for (int64_t r0 = 0; r0 < nr; r0 += rows_tile) {
+            const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
+            for (int64_t t = 0; t < T;) {
+                const int nt = T - t >= KQ_NT ? KQ_NT : 1;
+                kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb, da};
+                kq_tokens_prep(&tk, nt);
+                if (nt == KQ_NT) kq_rows(fmt, wseg, rb, r0, r1, &tk, KQ_NT, y + t * ldy, ldy, b0 > 0);
+                else kq_rows(fmt, wseg, rb, r0, r1, &tk, 1, y + t * ldy, ldy, b0 > 0);
+                t += nt;
+            }
+        }
+    }
+}
+
+#define FAST_KQUANT(fmt, id)                                                                                     \
+    static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
+        kq_matmul(id, w, rb, nr, xq, 0, n, 1, y, nr);                                                           \
+    }                                                                                                          \
+    static void matmul_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, \
+                                int64_t T, float *y, int64_t ldy) {                                            \
+        kq_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy);                                                         \
+    }
+FAST_KQUANT(Q4_K, KQ_Q4_K)
+FAST_KQUANT(Q5_K, KQ_Q5_K)
+FAST_KQUANT(Q6_K, KQ_Q6_K)
+
+/* ---- exact lane, K-quants: the same units against f32 activations ------
+ * Byte j of unit u is the value of weight 64u + j. Dword lane k of a unit
+ * holds bytes 4k..4k+3, so (unit >> 8b) & 255 gives 16 weights 64u + 4k + b
+ * (k = 0..15) as int32 lanes with no shuffle. The activations are permuted
+ * to match once per call and column segment: xp[64u + 16b + k] = x[64u +
+ * 4k + b]. Lane k of unit u lies in 32-group 2u + k/8 and 16-group
+ * 4u + k/4, so the block's scales are spread per unit; the K-quant "min"
+ * (or Q6_K's -32) term uses the sums of x over each group (xs16, xs32):
+ *     y = sum_u scales_u . sum_b q_b * xp_b  +  sum_groups offset_g * xsum_g
+ */
+#define XSEG 20480 /* columns per segment: 80 KiB of permuted x on the stack */
+
+typedef struct xprep {
+    float xp[XSEG];
+    float xs16[XSEG / 16], xs32[XSEG / 32];
+} xprep;
+
+static void xprep_fill(const float *x, int64_t n, xprep *p) {
+    for (int64_t u = 0; u < n / 64; u++)
+        MU_UNROLL(4)
+        for (int b = 0; b < 4; b++) vf_store(p->xp + 64 * u + 16 * b, vf_stride4(x + 64 * u, b));
+    for (int64_t g = 0; g < n / 16; g++) {
+        float s = 0.0f;
+        for (int i = 0; i < 16; i++) s += x[16 * g + i];
+        p->xs16[g] = s;
+    }
+    for (int64_t g = 0; g < n / 32; g++) p->xs32[g] = p->xs16[2 * g] + p->xs16[2 * g + 1];
+}
+
+/* sum over b of (unit's byte b of each dword) * xp_b, as 16 lanes */
+MU_INLINE vf unit_dot_f32(vi q, const float *xp) {
+    const vi ff = vi_set1_32(0xFF);
+    vf p0 = vf_mul(vf_from_i32(vi_and(q, ff)), vf_load(xp));
+    vf p1 = vf_mul(vf_from_i32(vi_and(vi_srli32(q, 8), ff)), vf_load(xp + 16));
+    p0 = vf_fma(vf_from_i32(vi_and(vi_srli32(q, 16), ff)), vf_load(xp + 32), p0);
+    p1 = vf_fma(vf_from_i32(vi_srli32(q, 24)), vf_load(xp + 48), p1);
+    return vf_add(p0, p1);
+}
+
+MU_INLINE void kq_exact_rows(int fmt, const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) {
+    xprep p;
+    const uint64_t bb = kq_block_bytes(fmt);
+    for (int64_t c0 = 0; c0 < n; c0 += XSEG) {
+        const int64_t cn = n - c0 < XSEG ? n - c0 : XSEG, nb = cn / MU_QK_K;
+        xprep_fill(x + c0, cn, &p);
+        for (int64_t r = 0; r < nr; r++) {
+            const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb + (uint64_t)(c0 / MU_QK_K) * bb;
+            vf acc0 = vf_zero(), acc1 = vf_zero(), accm = vf_zero();
+            __m256 accm8 = _mm256_setzero_ps();
+            for (int64_t i = 0; i < nb; i++) {
+                const void *blk = row + i * bb;
+                prefetch_span(blk, bb);
+                kq_block u;
+                kq_unpack(fmt, blk, &u);
+                const float *xp = p.xp + i * MU_QK_K;
+                if (fmt == KQ_Q6_K) {
+                    const vf s16 = vf_mul(vf_from_i32(vi_from_s8x16(((const mu_block_q6_K *)blk)->scales)), vf_set1(u.d));
+                    MU_UNROLL(4)
+                    for (int c = 0; c < 4; c++) {
+                        const vf t = vf_mul(unit_dot_f32(u.q[c], xp + 64 * c), vf_spread4x4(s16, 4 * c));
+                        if (c & 1) acc1 = vf_add(acc1, t);
+                        else acc0 = vf_add(acc0, t);
+                    }
+                    accm = vf_fma(vf_mul(s16, vf_set1(-32.0f)), vf_load(p.xs16 + 16 * i), accm);
+                } else {
+                    uint64_t sc, m;
+                    k4_scales(fmt == KQ_Q4_K ? ((const mu_block_q4_K *)blk)->scales : ((const mu_block_q5_K *)blk)->scales,
+                              &sc, &m);
+                    const __m256 s8 = u8x8_times(sc, u.d);
+                    MU_UNROLL(4)
+                    for (int c = 0; c < 4; c++) {
+                        const vf sp = vf_spread8x2(s8, 2 * c, 2 * c + 1);
+                        if (c & 1) acc1 = vf_fma(unit_dot_f32(u.q[c], xp + 64 * c), sp, acc1);
+                        else acc0 = vf_fma(unit_dot_f32(u.q[c], xp + 64 * c), sp, acc0);
+                    }
+                    accm8 = _mm256_fmadd_ps(u8x8_times(m, -u.dmin), _mm256_loadu_ps(p.xs32 + 8 * i), accm8);
+                }
+            }
+            const float sum = vf_hsum(vf_add(vf_add(acc0, acc1), accm)) + hsum256(accm8);
+            y[r] = c0 ? y[r] + sum : sum;
+        }
+    }
+}
+
+#define EXACT_KQUANT_MATVEC(fmt, id)                                                                            \
+    static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
+        kq_exact_rows(id, w, rb, nr, x, n, y);                                                                \
+    }
+EXACT_KQUANT_MATVEC(Q4_K, KQ_Q4_K)
+EXACT_KQUANT_MATVEC(Q5_K, KQ_Q5_K)
+EXACT_KQUANT_MATVEC(Q6_K, KQ_Q6_K)
+
+/* ---- fast lane, 32-element formats ---------------------------------------
+ * One ymm per block: signed bytes times signed bytes (s8_dot32); its int32
+ * lanes 0-3 cover activation group 2i and lanes 4-7 group 2i+1. */
+
+MU_INLINE __m256i q32_weights_Q8_0(const mu_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+MU_INLINE __m256i q32_weights_Q4_0(const mu_block_q4_0 *b) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+}
+
+/* [d[0] x4, d[1] x4] */
+MU_INLINE __m256 act_scales_2x4(const float *d) {
+    const __m256 two = _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d)));
+    return _mm256_permutevar8x32_ps(two, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+#define FAST_32(fmt, block_t)                                                                                    \
+    static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
+        const int64_t nb = n / 32;                                                                             \
+        const int8_t *aq = xq;                                                                                 \
+        const float *ad = mu_act_d(xq, n);                                                                     \
+        for (int64_t r = 0; r < nr; r++) {                                                                     \
+            const block_t *b = (const block_t *)((const uint8_t *)w + (uint64_t)r * rb);                       \
+            __m256 acc = _mm256_setzero_ps();                                                                  \
+            for (int64_t i = 0; i < nb; i++) {                                                                 \
+                if (!(i & 1)) prefetch_span(&b[i], 2 * sizeof(block_t));                                      \
+                const __m256i p = s8_dot32(q32_weights_##fmt(&b[i]), _mm256_loadu_si256((const __m256i *)(aq + 32 * i))); \
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                                   \
+                                      _mm256_mul_ps(act_scales_2x4(ad + 2 * i), _mm256_set1_ps(f16f(b[i].d))), acc); \
+            }                                                                                                  \
+            y[r] = hsum256(acc);                                                                               \
+        }                                                                                                      \
+    }                                                                                                          \
+    static void matmul_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, \
+                                int64_t T, float *y, int64_t ldy) {                                            \
+        /* rows in tiles of 16 that stay in L1/L2 across the tokens */                                         \
+        for (int64_t r0 = 0; r0 < nr; r0 += 16)                                                                \
+            for (int64_t t = 0; t < T; t++)                                                                    \
+                matvec_q8_##fmt((const uint8_t *)w + (uint64_t)r0 * rb, rb, nr - r0 < 16 ? nr - r0 : 16,      \
+                                (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy + r0);                  \
+    }
+FAST_32(Q8_0, mu_block_q8_0)
+FAST_32(Q4_0, mu_block_q4_0)
+
+/* =====================================================================
+ * Exact-lane prefill: y[t][r] = sum_k W[r][k] x[t][k].
+ *
+ * A tile of MB rows x KC columns is dequantized once into `tile`, laid out
+ * as [MB/MM_MR][KC][MM_MR] (MM_MR consecutive rows per k). The register
+ * tile holds MM_MR rows (MM_MRV vectors) x MM_NR tokens: per k it loads
+ * MM_MRV weight vectors, broadcasts MM_NR activations, and runs
+ * MM_MRV*MM_NR fused multiply-adds. Partial sums over K tiles accumulate in
+ * y itself.
+ */
+#define MM_MB (4 * MM_MR)
+#define MM_KC 256
+
+typedef void (*deq_fn)(const void *src, float *out, int64_t n_units);
+
+MU_INLINE void mm_tile(const float *a, int kc, const float *x, int64_t n, int nt, float *y, int64_t ldy, int nrows,
+                       bool first) {
+    vf acc[MM_NR][MM_MRV];
+    for (int t = 0; t < nt; t++)
+        for (int m = 0; m < MM_MRV; m++) acc[t][m] = vf_zero();
+    for (int k = 0; k < kc; k++) {
+        vf av[MM_MRV];
+        MU_UNROLL(4)
+        for (int m = 0; m < MM_MRV; m++) av[m] = vf_load(a + k * MM_MR + 16 * m);
+        MU_UNROLL(8)
+        for (int t = 0; t < nt; t++) {
+            const vf b = vf_bcast(x + t * n + k);
+            MU_UNROLL(4)
+            for (int m = 0; m < MM_MRV; m++) acc[t][m] = vf_fma(av[m], b, acc[t][m]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + t * ldy;
+        if (nrows == MM_MR) {
+            for (int m = 0; m < MM_MRV; m++) {
+                vf v = acc[t][m];
+                if (!first) v = vf_add(v, vf_load(yt + 16 * m));
+                vf_store(yt + 16 * m, v);
+            }
+        } else {
+            float tmp[MM_MR];
+            for (int m = 0; m < MM_MRV; m++) vf_store(tmp + 16 * m, acc[t][m]);
+            for (int i = 0; i < nrows; i++) yt[i] = first ? tmp[i] : yt[i] + tmp[i];
+        }
+    }
+}
+
+/* elems_per_unit: how many weights one `deq` unit holds (a block, or 1). */
+static void mm_exact(deq_fn deq, int64_t elems_per_unit, uint64_t unit_bytes, const void *w, uint64_t rb, int64_t nr,
+                     const float *x, int64_t n, int64_t T, float *y, int64_t ldy) {
+    /* on the stack: 192 KiB with AVX-512, well inside a thread's stack */
+    float tile[MM_MB * MM_KC] __attribute__((aligned(64)));
+    float rowbuf[MM_KC] __attribute__((aligned(64)));
+    /* a K tile is a whole number of units */
+    const int64_t kc_max = elems_per_unit >= MM_KC ? elems_per_unit : MM_KC / elems_per_unit * elems_per_unit;
+    for (int64_t r0 = 0; r0 < nr; r0 += MM_MB) {
+        const int mb = (int)(nr - r0 < MM_MB ? nr - r0 : MM_MB);
+        for (int64_t k0 = 0; k0 < n; k0 += kc_max) {
+            const int kc = (int)(n - k0 < kc_max ? n - k0 : kc_max);
+            for (int i = 0; i < mb; i++) {
+                const uint8_t *src = (const uint8_t *)w + (uint64_t)(r0 + i) * rb + (uint64_t)(k0 / elems_per_unit) * unit_bytes;
+                deq(src, rowbuf, kc / elems_per_unit);
+                float *dst = tile + (i / MM_MR) * (MM_KC * MM_MR) + i % MM_MR;
+                for (int k = 0; k < kc; k++) dst[k * MM_MR] = rowbuf[k];
+            }
+            for (int i = mb; i < (mb + MM_MR - 1) / MM_MR * MM_MR; i++) { /* zero the ragged rows */
+                float *dst = tile + (i / MM_MR) * (MM_KC * MM_MR) + i % MM_MR;
+                for (int k = 0; k < kc; k++) dst[k * MM_MR] = 0.0f;
+            }
+            int64_t t = 0;
+            for (; t + MM_NR <= T; t += MM_NR)
+                for (int i = 0; i < mb; i += MM_MR)
+                    mm_tile(tile + (i / MM_MR) * (MM_KC * MM_MR), kc, x + t * n + k0, n, MM_NR, y + t * ldy + r0 + i,
+                            ldy, mb - i < MM_MR ? mb - i : MM_MR, k0 == 0);
+            for (; t < T; t++)
+                for (int i = 0; i < mb; i += MM_MR)
+                    mm_tile(tile + (i / MM_MR) * (MM_KC * MM_MR), kc, x + t * n + k0, n, 1, y + t * ldy + r0 + i, ldy,
+                            mb - i < MM_MR ? mb - i : MM_MR, k0 == 0);
+        }
+    }
+}
+
+#define EXACT_MATMUL(fmt, epu, ub)                                                                               \
+    static void matmul_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, int64_t T,   \
+                                 float *y, int64_t ldy) {                                                      \
+        mm_exact(deq_##fmt, epu, ub, w, rb, nr, x, n, T, y, ldy);                                              \
+    }
+EXACT_MATMUL(F32, 1, 4)
+EXACT_MATMUL(F16, 1, 2)
+EXACT_MATMUL(BF16, 1, 2)
+EXACT_MATMUL(Q8_0, 32, sizeof(mu_block_q8_0))
+EXACT_MATMUL(Q4_0, 32, sizeof(mu_block_q4_0))
+EXACT_MATMUL(Q4_K, MU_QK_K, sizeof(mu_block_q4_K))
+EXACT_MATMUL(Q5_K, MU_QK_K, sizeof(mu_block_q5_K))
+EXACT_MATMUL(Q6_K, MU_QK_K, sizeof(mu_block_q6_K))
+
+/* =====================================================================
+ * The fast-lane activation quantizer: bit-identical to the scalar rule
+ * (kernels.h): iscale = 127/amax per group of 16, q = nearest-even (the
+ * default rounding of cvtps2dq), d = 1/iscale, ds = d * sum(q). */
+static void quantize_act(const float *x, void *dst, int64_t n) {
+    int8_t *qs = dst;
+    float *d = (float *)mu_act_d(dst, n), *ds = (float *)mu_act_ds(dst, n);
+    for (int64_t g = 0; g < n / MU_ACT_GROUP; g++) {
+        const vf v = vf_load(x + 16 * g);
+        const float amax = vf_hmax(vf_abs(v));
+        if (amax == 0.0f) {
+            memset(qs + 16 * g, 0, 16);
+            d[g] = ds[g] = 0.0f;
+            continue;
+        }
+        const float iscale = 127.0f / amax;
+        const vi q = vf_to_i32(vf_mul(v, vf_set1(iscale)));
+        _mm_storeu_si128((__m128i *)(qs + 16 * g), vi_pack_s8(q));
+        d[g] = 1.0f / iscale;
+        ds[g] = d[g] * (float)vi_hsum32(q);
+    }
+}
+
+/* =====================================================================
+ * Attention helpers. */
+
+static void cvt_f16(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) vf_store(dst + i, vf_from_f16(src + i));
+    for (; i < n; i++) dst[i] = f16f(src[i]);
+}
+
+MU_INLINE float dot_f32(const float *a, const float *b, int n) {
+    vf s0 = vf_zero(), s1 = vf_zero();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = vf_fma(vf_load(a + i), vf_load(b + i), s0);
+        s1 = vf_fma(vf_load(a + i + 16), vf_load(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16) s0 = vf_fma(vf_load(a + i), vf_load(b + i), s0);
+    float sum = vf_hsum(vf_add(s0, s1));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+/* Four query heads per pass over a row, so each loaded K vector serves
+ * four dot products. */
+static void attn_scores(const float *q, int nq, const float *k, int64_t ldk, int nrows, int hd, float scale, float *s,
+                        int lds) {
+    int h = 0;
+    if (hd % 16 == 0)
+        for (; h + 4 <= nq; h += 4) {
+            const float *q0 = q + (int64_t)h * hd;
+            for (int r = 0; r < nrows; r++) {
+                const float *kr = k + r * ldk;
+                vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
+                for (int e = 0; e < hd; e += 16) {
+                    const vf kv = vf_load(kr + e);
+                    a0 = vf_fma(vf_load(q0 + e), kv, a0);
+                    a1 = vf_fma(vf_load(q0 + hd + e), kv, a1);
+                    a2 = vf_fma(vf_load(q0 + 2 * hd + e), kv, a2);
+                    a3 = vf_fma(vf_load(q0 + 3 * hd + e), kv, a3);
+                }
+                s[(int64_t)h * lds + r] = vf_hsum(a0) * scale;
+                s[(int64_t)(h + 1) * lds + r] = vf_hsum(a1) * scale;
+                s[(int64_t)(h + 2) * lds + r] = vf_hsum(a2) * scale;
+                s[(int64_t)(h + 3) * lds + r] = vf_hsum(a3) * scale;
+            }
+        }
+    for (; h < nq; h++)
+        for (int r = 0; r < nrows; r++) s[(int64_t)h * lds + r] = dot_f32(q + (int64_t)h * hd, k + r * ldk, hd) * scale;
+}
+
+/* Per head, 64 output lanes at a time stay in registers across the rows. */
+static void attn_pv(const float *p, int nq, int ldp, const float *v, int64_t ldv, int nrows, int hd, float *acc) {
+    for (int h = 0; h < nq; h++) {
+        const float *ph = p + (int64_t)h * ldp;
+        float *out = acc + (int64_t)h * hd;
+        int e = 0;
+        for (; e + 64 <= hd; e += 64) {
+            vf o0 = vf_load(out + e), o1 = vf_load(out + e + 16), o2 = vf_load(out + e + 32), o3 = vf_load(out + e + 48);
+            for (int r = 0; r < nrows; r++) {
+                const vf w = vf_bcast(ph + r);
+                const float *vr = v + r * ldv + e;
+                o0 = vf_fma(w, vf_load(vr), o0);
+                o1 = vf_fma(w, vf_load(vr + 16), o1);
+                o2 = vf_fma(w, vf_load(vr + 32), o2);
+                o3 = vf_fma(w, vf_load(vr + 48), o3);
+            }
+            vf_store(out + e, o0);
+            vf_store(out + e + 16, o1);
+            vf_store(out + e + 32, o2);
+            vf_store(out + e + 48, o3);
+        }
+        for (; e + 16 <= hd; e += 16) {
+            vf o = vf_load(out + e);
+            for (int r = 0; r < nrows; r++) o = vf_fma(vf_bcast(ph + r), vf_load(v + r * ldv + e), o);
+            vf_store(out + e, o);
+        }
+        for (; e < hd; e++)
+            for (int r = 0; r < nrows; r++) out[e] += ph[r] * v[r * ldv + e];
+    }
+}
+
+/* exp(x) = 2^k * e^r with k = round(x / ln 2) and |r| <= ln2/2 (Cody-Waite
+ * split of ln 2), e^r by its degree-6 Taylor polynomial (relative error
+ * below 2e-7 on that interval). Below -87.3 (under FLT_MIN) the result is
+ * 0; above 88.7 it stays at exp(88.7) (finite). */
+MU_INLINE vf vf_exp(vf x) {
+    x = vf_min(x, vf_set1(88.7f));
+    const vf k = vf_round_nearest(vf_mul(x, vf_set1(1.44269504088896341f)));
+    vf r = vf_fma(k, vf_set1(-0.693359375f), x);
+    r = vf_fma(k, vf_set1(2.12194440e-4f), r);
+    vf p = vf_set1(1.0f / 720.0f);
+    p = vf_fma(p, r, vf_set1(1.0f / 120.0f));
+    p = vf_fma(p, r, vf_set1(1.0f / 24.0f));
+    p = vf_fma(p, r, vf_set1(1.0f / 6.0f));
+    p = vf_fma(p, r, vf_set1(0.5f));
+    p = vf_fma(p, r, vf_set1(1.0f));
+    p = vf_fma(p, r, vf_set1(1.0f));
+    const vf lim = vf_set1(-87.3f);
+    return vf_zero_below(vf_scale2(p, vf_max(k, vf_set1(-126.0f))), x, lim);
+}
+
+static float exp_sum(float *x, int64_t n, float sub) {
+    const vf s = vf_set1(sub);
+    vf acc = vf_zero();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const vf e = vf_exp(vf_sub(vf_load(x + i), s));
+        vf_store(x + i, e);
+        acc = vf_add(acc, e);
+    }
+    float sum = vf_hsum(acc);
+    for (; i < n; i++) sum += x[i] = expf(x[i] - sub);
+    return sum;
+}
+
+/* g = silu(g) * u = g / (1 + exp(-g)) * u */
+static void silu_mul(float *g, const float *u, int64_t n) {
+    const vf one = vf_set1(1.0f), zero = vf_zero();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const vf x = vf_load(g + i);
+        vf_store(g + i, vf_mul(vf_div(x, vf_add(one, vf_exp(vf_sub(zero, x)))), vf_load(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* o = o * sigmoid(g) = o / (1 + exp(-g)) */
+static void sigmoid_mul(float *o, const float *g, int64_t n) {
+    const vf one = vf_set1(1.0f), zero = vf_zero();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        vf_store(o + i, vf_div(vf_load(o + i), vf_add(one, vf_exp(vf_sub(zero, vf_load(g + i))))));
+    for (; i < n; i++) o[i] = o[i] / (1.0f + expf(-g[i]));
+}
+
+/* x = cap * tanh(x * scale / cap), with tanh(y) = sign(y) * (1 - 2 / (exp(2|y|) + 1))
+ * (absolute error about 1e-7 * cap); x * scale when cap is 0. */
+static void softcap(float *x, int64_t n, float scale, float cap) {
+    if (cap == 0.0f) {
+        for (int64_t i = 0; i < n; i++) x[i] *= scale;
+        return;
+    }
+    const vf in = vf_set1(2.0f * scale / cap), c = vf_set1(cap), one = vf_set1(1.0f), two = vf_set1(2.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const vf v = vf_load(x + i), y2 = vf_mul(vf_abs(v), in);
+        const vf t = vf_sub(one, vf_div(two, vf_add(vf_exp(y2), one)));
+        /* restore the sign of x (scale and cap are positive) */
+        const vf r = vf_mul(t, c);
+        vf_store(x + i, vf_sub(r, vf_mul(vf_add(r, r), vf_negative_mask(v))));
+    }
+    for (; i < n; i++) x[i] = tanhf(x[i] * scale / cap) * cap;
+}
+
+/* Streams n bytes (a multiple of 256) through the loads; returns a value
+ * that depends on every byte so nothing is optimized away. */
+static uint64_t stream_read(const void *p, size_t n) {
+    vi s0 = vi_zero(), s1 = vi_zero(), s2 = vi_zero(), s3 = vi_zero();
+    const uint8_t *c = p;
+    for (size_t i = 0; i + 256 <= n; i += 256) {
+        s0 = vi_xor(s0, vi_load(c + i));
+        s1 = vi_xor(s1, vi_load(c + i + 64));
+        s2 = vi_xor(s2, vi_load(c + i + 128));
+        s3 = vi_xor(s3, vi_load(c + i + 192));
+    }
+    return (uint64_t)(uint32_t)vi_hsum32(vi_xor(vi_xor(s0, s1), vi_xor(s2, s3)));
+}
+
+/* ===================================================================== */
+
+static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
+    *k = *mu_cpu_kernels_scalar();
+    MU_KERNELS_SET_FORMATS(k);
+    MU_KERNELS_SET_HELPERS(k);
+    k->isa = isa;
+}
+
+#endif

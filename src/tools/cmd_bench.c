@@ -1,0 +1,493 @@
+/* cmd_bench.c — `muser bench`: decode speed at several KV depths, prefill
+ * speed, bytes per token from the file's real tensor types, achieved GB/s
+ * and its share of the machine's measured read bandwidth; --profile shows
+ * where a token's time goes, per op family.
+ *
+ * Depths are reached without a prefill: a backend hook fills the KV planes
+ * with random finite rows (as if that many tokens had been decoded), so
+ * depth 131072 takes seconds, not hours. The output says so.
+ *
+ * Every timed number is a median over repeats; tokens are timed one by one.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cpu/membw.h"
+#include "cpu/pool.h"
+#include "engine/engine.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "tools/tool_util.h"
+
+#define MAX_DEPTHS 32
+#define MEMBW_MIB 1024 /* default probe buffer: far beyond any L3 */
+#define MEMBW_PASSES 5                 /* right before each depth */
+#define PREFILL_REPS 3
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: muser bench -m MODEL [--depths 0,512,2048,8192,32768,131072] [-n TOKENS] [--pp 512]\n"
+            "                   [--threads N] [--lane exact|fast] [--backend cpu] [--kv f16|f32]\n"
+            "                   [--json] [--plot FILE.png] [--profile] [--membw-mib MIB]\n"
+            "       muser bench --membw [--threads N] [--json] [--membw-mib MIB]\n"
+            "Decode tok/s at each KV depth (median over -n tokens, default 16), bytes read per token (the\n"
+            "file's tensor types plus the KV read at that depth), achieved GB/s and its share of the\n"
+            "machine's read bandwidth (measured every run, %d passes over --membw-mib MiB, default 1024,\n"
+            "with N threads right before each depth, since a shared machine's bandwidth drifts), and\n"
+            "prefill tok/s for --pp tokens (0: skip). Depths are filled with random finite K/V, no\n"
+            "prefill. --profile adds a table per op family. Markdown on stdout; --json prints one object.\n",
+            MEMBW_PASSES);
+}
+
+typedef struct bench {
+    const char *model_path, *plot;
+    long depths[MAX_DEPTHS];
+    int n_depths, n_gen, pp, membw_mib;
+    bool json, profile, membw_only;
+    muser_session_params sp;
+} bench;
+
+typedef struct depth_result {
+    long depth, measured_depth;
+    double tok_s, ms, bytes, gb_s, share, membw;
+    mu_prof_entry prof[MU_PROF_COUNT];
+    double prof_token_ms;
+} depth_result;
+
+/* MemTotal and MemAvailable in bytes (0 when unknown). */
+static void memory_info(uint64_t *total, uint64_t *avail) {
+    *total = *avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb * 1024;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb * 1024;
+    }
+    fclose(f);
+}
+
+static void cpu_name(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && c) {
+            c += 2;
+            c[strcspn(c, "\n")] = 0;
+            snprintf(out, cap, "%s", c);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static const char *family_name(int f, char *buf, size_t cap) {
+    switch (f) {
+    case MU_PROF_ATTN: return "attention (KV read)";
+    case MU_PROF_ELEMWISE: return "norms, RoPE, gates, SwiGLU, KV store";
+    case MU_PROF_QUANT: return "activation quantization";
+    case MU_PROF_LM_HEAD: return "LM head (output matmul)";
+    case MU_PROF_EMBED: return "embedding row";
+    default: snprintf(buf, cap, "matmul %s", mu_type_name((uint32_t)f)); return buf;
+    }
+}
+
+static int parse(bench *b, int argc, char **argv) {
+    memset(b, 0, sizeof *b);
+    static const long default_depths[] = {0, 512, 2048, 8192, 32768, 131072};
+    memcpy(b->depths, default_depths, sizeof default_depths);
+    b->n_depths = 6;
+    b->n_gen = 16;
+    b->pp = 512;
+    b->membw_mib = MEMBW_MIB;
+    b->sp = muser_session_default_params();
+    b->sp.backend = MUSER_BACKEND_CPU;
+    b->sp.n_threads = mu_cpu_count();
+    mu_args a = {argc, 1, argv, "bench"};
+    for (; a.i < argc; a.i++) {
+        if (mu_arg_is(&a, "-h", "--help")) {
+            usage(stdout);
+            return -1;
+        } else if (mu_arg_is(&a, "-m", "--model")) {
+            if (!mu_arg_str(&a, &b->model_path)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--depths")) {
+            if (!mu_arg_int_list(&a, b->depths, MAX_DEPTHS, &b->n_depths)) return 2;
+        } else if (mu_arg_is(&a, "-n", "--n-gen")) {
+            if (!mu_arg_int(&a, 1, 100000, &b->n_gen)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--pp")) {
+            if (!mu_arg_int(&a, 0, 1 << 20, &b->pp)) return 2;
+        } else if (mu_arg_is(&a, "-t", "--threads")) {
+            const char *v;
+            if (!mu_arg_str(&a, &v)) return 2;
+            char *end;
+            errno = 0;
+            long t = strtol(v, &end, 10);
+            if (errno || end == v || *end || t < 1 || t > 1024) {
+                fprintf(stderr, "muser bench: --threads must be a whole number from 1 to 1024 (got '%s'): "
+                                "at least one thread has to run the model\n", v);
+                return 2;
+            }
+            b->sp.n_threads = (int)t;
+        } else if (mu_arg_is(&a, NULL, "--json")) {
+            b->json = true;
+        } else if (mu_arg_is(&a, NULL, "--profile")) {
+            b->profile = true;
+        } else if (mu_arg_is(&a, NULL, "--membw")) {
+            b->membw_only = true;
+        } else if (mu_arg_is(&a, NULL, "--membw-mib")) {
+            if (!mu_arg_int(&a, 1, 1 << 20, &b->membw_mib)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--plot")) {
+            if (!mu_arg_str(&a, &b->plot)) return 2;
+        } else if (!mu_tool_session_option(&a, &b->sp)) {
+            return 2;
+        }
+    }
+    if (!b->model_path && !b->membw_only) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* Fails (1) when the file cannot fit in memory: decode reads every weight
+ * once per token, so a model the page cache cannot hold would be read from
+ * disk for every token and the numbers would measure the disk. */
+static int check_memory(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "muser bench: cannot open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    uint64_t total, avail;
+    memory_info(&total, &avail);
+    const double gb = 1e9;
+    if (total && (uint64_t)st.st_size > total) {
+        fprintf(stderr,
+                "muser bench: %s is %.2f GB but this machine has %.2f GB of memory: decode reads every weight "
+                "once per token, so the file would be read from disk for every token. Benchmark a smaller file "
+                "(muser synth --layers N).\n",
+                path, (double)st.st_size / gb, (double)total / gb);
+        return 1;
+    }
+    if (avail && (uint64_t)st.st_size > avail)
+        fprintf(stderr,
+                "muser bench: warning: %s (%.2f GB) is larger than the memory available now (%.2f GB); other "
+                "programs' pages will be evicted, and the first tokens may read from disk\n",
+                path, (double)st.st_size / gb, (double)avail / gb);
+    return 0;
+}
+
+static bool decode_tokens(muser_session *s, int n, muser_token tok, double *ms) {
+    for (int i = 0; i < n; i++) {
+        const double t0 = mu_now_seconds();
+        if (muser_session_feed(s, &tok, 1, false) != 0) return false;
+        if (ms) ms[i] = 1e3 * (mu_now_seconds() - t0);
+    }
+    return true;
+}
+
+static int run_depth(muser_session *s, const mu_model *m, const bench *b, long depth, long measured,
+                     mu_membw_probe *probe, double *all_bw, depth_result *r) {
+    memset(r, 0, sizeof *r);
+    r->depth = depth;
+    r->measured_depth = measured;
+    double bw[MEMBW_PASSES];
+    mu_membw_probe_run(probe, MEMBW_PASSES, bw);
+    memcpy(all_bw, bw, sizeof bw);
+    const double membw = mu_median(bw, MEMBW_PASSES);
+    r->membw = membw;
+    const muser_token tok = 1000 % m->hp.n_vocab;
+    if (mu_session_fill_kv(s, (int)measured, (uint64_t)measured + 1) != 0) return 1;
+    if (!decode_tokens(s, 1, tok, NULL)) return 1; /* warm-up: caches, pages, pool */
+    double *ms = malloc(sizeof(double) * (size_t)b->n_gen);
+    if (!decode_tokens(s, b->n_gen, tok, ms)) {
+        free(ms);
+        return 1;
+    }
+    r->ms = mu_median(ms, b->n_gen);
+    free(ms);
+    r->tok_s = 1e3 / r->ms;
+    const int kv_elem = b->sp.kv_type == MUSER_KV_F32 ? 4 : 2;
+    r->bytes = (double)(mu_model_weight_bytes_per_token(m) + mu_model_kv_bytes_per_token(m, measured, kv_elem));
+    r->gb_s = r->bytes * r->tok_s / 1e9;
+    r->share = membw > 0 ? r->gb_s / membw : 0;
+    if (b->profile) {
+        /* a separate pass, so the timers do not touch the numbers above */
+        if (mu_session_fill_kv(s, (int)measured, (uint64_t)measured + 1) != 0) return 1;
+        const mu_prof_entry *e = mu_session_profile(s, true);
+        if (!e) {
+            fprintf(stderr, "muser bench: this backend has no profiler (or it was built with MUSER_PROFILE=0)\n");
+            return 1;
+        }
+        const double t0 = mu_now_seconds();
+        const bool ok = decode_tokens(s, b->n_gen, tok, NULL);
+        r->prof_token_ms = 1e3 * (mu_now_seconds() - t0) / b->n_gen;
+        memcpy(r->prof, e, sizeof r->prof);
+        mu_session_profile(s, false);
+        if (!ok) return 1;
+    }
+    return 0;
+}
+
+static int run_prefill(muser_session *s, const mu_model *m, int pp, double *tok_s) {
+    muser_token *toks = malloc(sizeof(muser_token) * (size_t)pp);
+    uint64_t st = 7;
+    for (int i = 0; i < pp; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (muser_token)((st >> 33) % (uint64_t)m->hp.n_vocab);
+    }
+    double t[PREFILL_REPS];
+    int rc = 0;
+    muser_session_reset(s);
+    if (muser_session_feed(s, toks, pp < 16 ? pp : 16, false) != 0) rc = 1; /* warm-up */
+    for (int r = 0; r < PREFILL_REPS && !rc; r++) {
+        muser_session_reset(s);
+        const double t0 = mu_now_seconds();
+        if (muser_session_feed(s, toks, pp, false) != 0) rc = 1;
+        t[r] = mu_now_seconds() - t0;
+    }
+    free(toks);
+    if (!rc) *tok_s = pp / mu_median(t, PREFILL_REPS);
+    return rc;
+}
+
+static void print_profile(const depth_result *r, int n_gen) {
+    printf("\n### Profile at depth %ld (per token, mean of %d tokens; %.1f ms per token with the timers on)\n\n",
+           r->measured_depth, n_gen, r->prof_token_ms);
+    printf("| op family | calls | bytes | ms | GB/s | share of the token |\n|---|---:|---:|---:|---:|---:|\n");
+    double timed = 0;
+    for (int f = 0; f < MU_PROF_COUNT; f++) {
+        const mu_prof_entry *e = &r->prof[f];
+        if (!e->calls) continue;
+        char buf[64];
+        const double ms = (double)e->ns / 1e6 / n_gen, bytes = (double)e->bytes / n_gen;
+        timed += ms;
+        printf("| %s | %.0f | ", family_name(f, buf, sizeof buf), (double)e->calls / n_gen);
+        if (bytes > 0) printf("%.1f MB | %.2f | %.1f | ", bytes / 1e6, ms, bytes / (ms * 1e6));
+        else printf("- | %.2f | - | ", ms);
+        printf("%.1f%% |\n", 100 * ms / r->prof_token_ms);
+    }
+    printf("| other (session, logits copy, dispatch) | | | %.2f | | %.1f%% |\n", r->prof_token_ms - timed,
+           100 * (r->prof_token_ms - timed) / r->prof_token_ms);
+}
+
+static int plot(const char *path, const depth_result *r, int n, const char *title) {
+    char data[] = "/tmp/muser-bench-XXXXXX";
+    int fd = mkstemp(data);
+    if (fd < 0) {
+        fprintf(stderr, "muser bench: cannot write the plot data: %s\n", strerror(errno));
+        return 1;
+    }
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < n; i++) fprintf(f, "%ld %.4f\n", r[i].measured_depth, r[i].tok_s);
+    fclose(f);
+    FILE *g = popen("gnuplot 2>&1", "w");
+    if (!g) {
+        fprintf(stderr, "muser bench: cannot run gnuplot (install gnuplot-nox): %s\n", strerror(errno));
+        unlink(data);
+        return 1;
+    }
+    fprintf(g,
+            "set terminal pngcairo size 900,540\nset output '%s'\nset title \"%s\" noenhanced\n"
+            "set xlabel 'KV depth (tokens)'\nset ylabel 'decode tok/s'\nset logscale x 2\nset grid\n"
+            "set yrange [0:*]\nset key off\n"
+            "plot '%s' using ($1 < 1 ? 1 : $1):2 with linespoints lw 2 pt 7\n",
+            path, title, data);
+    const int st = pclose(g);
+    unlink(data);
+    if (st != 0) {
+        fprintf(stderr, "muser bench: gnuplot failed (exit %d); is gnuplot installed?\n", st);
+        return 1;
+    }
+    return 0;
+}
+
+static void print_json(const bench *b, const depth_result *r, int n, int pp, double pp_tok_s, double membw,
+                       const char *isa) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *dec = cJSON_AddArrayToObject(o, "decode");
+    for (int i = 0; i < n; i++) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddNumberToObject(d, "depth", (double)r[i].measured_depth);
+        cJSON_AddNumberToObject(d, "tok_s", r[i].tok_s);
+        cJSON_AddNumberToObject(d, "ms_per_token", r[i].ms);
+        cJSON_AddNumberToObject(d, "bytes_per_token", r[i].bytes);
+        cJSON_AddNumberToObject(d, "gb_s", r[i].gb_s);
+        cJSON_AddNumberToObject(d, "bw_share", r[i].share);
+        cJSON_AddNumberToObject(d, "membw_gb_s", r[i].membw);
+        cJSON_AddItemToArray(dec, d);
+    }
+    cJSON *pf = cJSON_AddObjectToObject(o, "prefill");
+    cJSON_AddNumberToObject(pf, "tokens", pp);
+    cJSON_AddNumberToObject(pf, "tok_s", pp_tok_s);
+    cJSON_AddNumberToObject(o, "membw_gb_s", membw);
+    cJSON_AddNumberToObject(o, "threads", b->sp.n_threads);
+    cJSON_AddStringToObject(o, "lane", b->sp.lane == MUSER_LANE_FAST ? "fast" : "exact");
+    cJSON_AddStringToObject(o, "isa", isa);
+    char *s = cJSON_PrintUnformatted(o);
+    printf("%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench b;
+    int rc = parse(&b, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!b.membw_only && check_memory(b.model_path)) return 1;
+
+    muser_model *model = NULL;
+    const mu_model *m = NULL;
+    long measured[MAX_DEPTHS];
+    if (!b.membw_only) {
+        if (muser_model_load(b.model_path, &model) != 0) {
+            fprintf(stderr, "muser bench: %s\n", muser_last_error());
+            return 1;
+        }
+        m = model;
+        /* A depth d needs d + 1 + n positions (warm-up and timed tokens). A
+         * depth beyond the context is an error; one at its end is measured
+         * n + 1 positions earlier, and the output says so. */
+        const long ctx = m->hp.n_ctx_train;
+        for (int i = 0; i < b.n_depths; i++) {
+            if (b.depths[i] > ctx) {
+                fprintf(stderr, "muser bench: depth %ld is beyond the model's context of %ld positions\n",
+                        b.depths[i], ctx);
+                muser_model_free(model);
+                return 2;
+            }
+            measured[i] = b.depths[i] + 1 + b.n_gen <= ctx ? b.depths[i] : ctx - 1 - b.n_gen;
+            if (measured[i] < 0) {
+                fprintf(stderr, "muser bench: -n %d does not fit in the model's context of %ld positions\n",
+                        b.n_gen, ctx);
+                muser_model_free(model);
+                return 2;
+            }
+        }
+        if (b.pp > ctx) {
+            fprintf(stderr, "muser bench: --pp %d is beyond the model's context of %ld positions\n", b.pp, ctx);
+            muser_model_free(model);
+            return 2;
+        }
+    }
+
+    mu_membw_probe *probe = mu_membw_probe_new(b.sp.n_threads, (size_t)b.membw_mib << 20);
+    if (!probe) {
+        fprintf(stderr, "muser bench: %s\n", muser_last_error());
+        muser_model_free(model);
+        return 1;
+    }
+    if (b.membw_only && !b.model_path) {
+        double bw[3 * MEMBW_PASSES];
+        mu_membw_probe_run(probe, 3 * MEMBW_PASSES, bw);
+        const double best = mu_max(bw, 3 * MEMBW_PASSES), med = mu_median(bw, 3 * MEMBW_PASSES);
+        if (b.json)
+            printf("{\"membw_gb_s\": %.4f, \"best_gb_s\": %.4f, \"threads\": %d, \"bytes\": %zu, \"passes\": %d}\n",
+                   med, best, b.sp.n_threads, mu_membw_probe_bytes(probe), 3 * MEMBW_PASSES);
+        else
+            printf("memory read bandwidth: %.2f GB/s (median of %d passes over %.2f GiB, %d threads, %s loads; "
+                   "best %.2f GB/s)\n",
+                   med, 3 * MEMBW_PASSES, (double)mu_membw_probe_bytes(probe) / (1 << 30), b.sp.n_threads,
+                   mu_membw_probe_isa(probe), best);
+        mu_membw_probe_free(probe);
+        return 0;
+    }
+    double region_us;
+    {
+        mu_pool *pool = mu_pool_new(b.sp.n_threads);
+        region_us = pool ? mu_pool_region_cost_us(pool, 4000) : 0;
+        mu_pool_free(pool);
+    }
+
+    /* one session for everything: context for the deepest depth (and a
+     * second pass when profiling), one prefill chunk of --pp tokens */
+    long max_depth = 0;
+    for (int i = 0; i < b.n_depths; i++) max_depth = measured[i] > max_depth ? measured[i] : max_depth;
+    long need = max_depth + 1 + b.n_gen;
+    if (b.pp > need) need = b.pp;
+    b.sp.n_ctx = (int)need;
+    b.sp.n_batch = b.pp > 0 ? (b.pp < 2048 ? b.pp : 2048) : 1;
+    muser_session *s = NULL;
+    if (muser_session_new(model, &b.sp, &s) != 0) {
+        fprintf(stderr, "muser bench: %s\n", muser_last_error());
+        mu_membw_probe_free(probe);
+        muser_model_free(model);
+        return 1;
+    }
+    const char *isa = getenv("MUSER_ISA") && *getenv("MUSER_ISA") ? getenv("MUSER_ISA") : mu_membw_probe_isa(probe);
+    depth_result res[MAX_DEPTHS];
+    double all_bw[MAX_DEPTHS * MEMBW_PASSES];
+    rc = 0;
+    for (int i = 0; i < b.n_depths && !rc; i++) {
+        rc = run_depth(s, m, &b, b.depths[i], measured[i], probe, all_bw + i * MEMBW_PASSES, &res[i]);
+        if (rc) fprintf(stderr, "muser bench: depth %ld: %s\n", b.depths[i], muser_last_error());
+    }
+    double pp_tok_s = 0;
+    if (!rc && b.pp > 0) {
+        rc = run_prefill(s, m, b.pp, &pp_tok_s);
+        if (rc) fprintf(stderr, "muser bench: prefill: %s\n", muser_last_error());
+    }
+    mu_membw_probe_free(probe);
+    if (rc) {
+        muser_session_free(s);
+        muser_model_free(model);
+        return 1;
+    }
+    const int n_bw = b.n_depths * MEMBW_PASSES;
+    const double bw_best = mu_max(all_bw, n_bw), bw_median = mu_median(all_bw, n_bw);
+
+    if (b.json) {
+        print_json(&b, res, b.n_depths, b.pp, pp_tok_s, bw_median, isa);
+    } else {
+        char cpu[256];
+        cpu_name(cpu, sizeof cpu);
+        uint64_t total, avail;
+        memory_info(&total, &avail);
+        const char *base = strrchr(b.model_path, '/') ? strrchr(b.model_path, '/') + 1 : b.model_path;
+        printf("# muser bench: %s\n\n", base);
+        printf("- machine: %s, %d cores online, %.1f GiB RAM; kernels: %s; %d threads\n", cpu, mu_cpu_count(),
+               (double)total / (1 << 30), isa, b.sp.n_threads);
+        printf("- model: %s, %d layers, %.3f GB of weights read per decoded token (the file's tensor types)\n",
+               m->arch_name, m->hp.n_layer, (double)mu_model_weight_bytes_per_token(m) / 1e9);
+        printf("- lane %s, KV %s, backend %s\n", b.sp.lane == MUSER_LANE_FAST ? "fast" : "exact",
+               b.sp.kv_type == MUSER_KV_F32 ? "f32" : "f16", mu_tool_backend_name(muser_session_backend(s)));
+        printf("- memory read bandwidth: %.2f GB/s (median of %d passes over %d MiB with %d threads, %d right before "
+               "each depth; best %.2f); each depth's share uses the passes right before it\n",
+               bw_median, n_bw, b.membw_mib, b.sp.n_threads, MEMBW_PASSES, bw_best);
+        printf("- one parallel region (dispatch + barrier) costs %.2f us with %d threads; decode runs about %d "
+               "per token\n",
+               region_us, b.sp.n_threads, 5 * m->hp.n_layer + 1);
+        printf("- each depth is reached by filling the KV cache with random finite K/V (no prefill), then "
+               "decoding 1 warm-up and %d timed tokens (median)\n\n",
+               b.n_gen);
+        printf("| depth | tok/s | ms/token | bytes/token | GB/s | read bandwidth | share |\n");
+        printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (int i = 0; i < b.n_depths; i++) {
+            printf("| %ld", res[i].measured_depth);
+            if (res[i].measured_depth != res[i].depth) printf(" (asked %ld)", res[i].depth);
+            printf(" | %.2f | %.1f | %.3f GB | %.1f | %.1f | %.0f%% |\n", res[i].tok_s, res[i].ms, res[i].bytes / 1e9,
+                   res[i].gb_s, res[i].membw, 100 * res[i].share);
+        }
+        if (b.pp > 0) printf("\nprefill: %d tokens at %.1f tok/s (median of %d)\n", b.pp, pp_tok_s, PREFILL_REPS);
+        if (b.profile)
+            for (int i = 0; i < b.n_depths; i++) print_profile(&res[i], b.n_gen);
+    }
+    if (b.plot) {
+        char title[256];
+        snprintf(title, sizeof title, "muser decode, %s lane, %d threads", b.sp.lane == MUSER_LANE_FAST ? "fast" : "exact",
+                 b.sp.n_threads);
+        rc = plot(b.plot, res, b.n_depths, title);
+    }
+    muser_session_free(s);
+    muser_model_free(model);
+    return rc;
+}
