@@ -96,6 +96,19 @@ static void bad_calls(const muser_model *m, int V) {
     CHECK(muser_session_pos(a) == 2 && muser_session_pos(b) == 96);
     muser_session_free(a);
     muser_session_free(b);
+
+    /* rows the backend cannot mix (KV types differ) are fed one by one */
+    muser_session *f16 = new_session(m, MUSER_KV_F16, 1), *f32 = new_session(m, MUSER_KV_F32, 1);
+    muser_session *twin = new_session(m, MUSER_KV_F16, 1);
+    muser_session *mixed[2] = {f16, f32};
+    muser_token pair[2] = {4, 5};
+    CHECK(muser_batch_decode(mixed, pair, 2) == 0);
+    CHECK(muser_session_pos(f16) == 1 && muser_session_pos(f32) == 1);
+    CHECK(muser_session_feed(twin, &pair[0], 1, false) == 0);
+    CHECK(memcmp(muser_session_logits(f16), muser_session_logits(twin), sizeof(float) * (size_t)V) == 0);
+    muser_session_free(f16);
+    muser_session_free(f32);
+    muser_session_free(twin);
 }
 
 int main(void) {

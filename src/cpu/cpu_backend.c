@@ -136,27 +136,51 @@ static void tok_post_ffn(cpu_backend *b, int layer, int t) {
 
 /* ---- the forward pass ------------------------------------------------------ */
 
+/* The embedding rows of the tokens into x, normed where the model says so. */
+static void embed(cpu_backend *b, const muser_token *tokens, int T) {
+    const mu_model *m = b->m;
+    const int64_t E = m->hp.n_embd;
+    PROF_BEGIN(b);
+    for (int t = 0; t < T; t++)
+        mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
+                       b->x + t * E, E);
+    PROF_END(b, MU_PROF_EMBED, 1, (uint64_t)T * m->tok_embd.row_bytes);
+    for_tokens(b, 0, T, tok_embed);
+}
+
+/* Layer l up to attention: the norm and the {q, k, v, gate} set. */
+static void layer_qkvg(cpu_backend *b, int l, int T) {
+    const mu_layer *L = &b->m->layers[l];
+    for_tokens(b, l, T, tok_attn_norm);
+    mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
+    mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, T, -1);
+}
+
+/* Layer l after attention: gate, Wo, post-norm and residual, the FFN. */
+static void layer_after_attention(cpu_backend *b, int l, int T) {
+    const mu_layer *L = &b->m->layers[l];
+    if (L->wgate.data) for_tokens(b, l, T, tok_gate);
+    mm_job wo = {&L->wo, b->t};
+    mu_cpu_matmul_set(b, &wo, 1, b->o, T, -1);
+    for_tokens(b, l, T, tok_post_attn);
+    mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
+    mu_cpu_matmul_set(b, gu, 2, b->a, T, -1);
+    for_tokens(b, l, T, tok_swiglu);
+    mm_job down = {&L->ffn_down, b->t};
+    mu_cpu_matmul_set(b, &down, 1, b->ff_g, T, -1);
+    for_tokens(b, l, T, tok_post_ffn);
+}
+
 static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     cpu_backend *b = (cpu_backend *)base;
     const mu_model *m = b->m;
     const mu_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
 
-    {
-        PROF_BEGIN(b);
-        for (int t = 0; t < T; t++)
-            mu_dequant_row(m->tok_embd.type,
-                           (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
-                           b->x + t * E, E);
-        PROF_END(b, MU_PROF_EMBED, 1, (uint64_t)T * m->tok_embd.row_bytes);
-    }
-    for_tokens(b, 0, T, tok_embed);
-
+    embed(b, tokens, T);
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
-        for_tokens(b, l, T, tok_attn_norm);
-        mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
-        mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, T, -1);
+        layer_qkvg(b, l, T);
 
         /* Slots are reserved in order on this thread; the stores run in parallel. */
         for (int t = 0; t < T; t++) {
@@ -176,17 +200,7 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
             PROF_END(b, MU_PROF_ATTN, 1, kv_bytes);
         }
 
-        if (L->wgate.data) for_tokens(b, l, T, tok_gate);
-        mm_job wo = {&L->wo, b->t};
-        mu_cpu_matmul_set(b, &wo, 1, b->o, T, -1);
-        for_tokens(b, l, T, tok_post_attn);
-
-        mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
-        mu_cpu_matmul_set(b, gu, 2, b->a, T, -1);
-        for_tokens(b, l, T, tok_swiglu);
-        mm_job down = {&L->ffn_down, b->t};
-        mu_cpu_matmul_set(b, &down, 1, b->ff_g, T, -1);
-        for_tokens(b, l, T, tok_post_ffn);
+        layer_after_attention(b, l, T);
     }
 
     /* Final norm and LM head for the rows that want logits. */
@@ -242,16 +256,9 @@ static int cpu_forward_batch(mu_backend *const *rows, const muser_token *tokens,
         if (row->m != m || row->cfg.kv_type != b->cfg.kv_type || row->cfg.lane != b->cfg.lane)
             return mu_fail(MUSER_EUNSUPPORTED, "batched rows need one model, KV type and lane");
     }
-    for (int r = 0; r < n; r++)
-        mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[r] * m->tok_embd.row_bytes,
-                       b->x + r * E, E);
-    for_tokens(b, 0, n, tok_embed);
-
+    embed(b, tokens, n);
     for (int l = 0; l < hp->n_layer; l++) {
-        const mu_layer *L = &m->layers[l];
-        for_tokens(b, l, n, tok_attn_norm);
-        mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
-        mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, n, -1);
+        layer_qkvg(b, l, n);
         for (int r = 0; r < n; r++) {
             cpu_backend *row = (cpu_backend *)rows[r];
             cpu_backend v = row_view(b, row, r);
@@ -262,16 +269,7 @@ static int cpu_forward_batch(mu_backend *const *rows, const muser_token *tokens,
             int rc = mu_cpu_attention(&v, l, 1, pos[r], v.q, v.o);
             if (rc) return rc;
         }
-        if (L->wgate.data) for_tokens(b, l, n, tok_gate);
-        mm_job wo = {&L->wo, b->t};
-        mu_cpu_matmul_set(b, &wo, 1, b->o, n, -1);
-        for_tokens(b, l, n, tok_post_attn);
-        mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
-        mu_cpu_matmul_set(b, gu, 2, b->a, n, -1);
-        for_tokens(b, l, n, tok_swiglu);
-        mm_job down = {&L->ffn_down, b->t};
-        mu_cpu_matmul_set(b, &down, 1, b->ff_g, n, -1);
-        for_tokens(b, l, n, tok_post_ffn);
+        layer_after_attention(b, l, n);
     }
     for (int r = 0; r < n; r++) mu_rmsnorm(b->x + r * E, m->output_norm, b->a + r * E, E, hp->rms_eps);
     /* The head reads the output matrix once for all rows, into [n][n_vocab]. */

@@ -452,6 +452,18 @@ const char *muser_model_meta_str(const muser_model *model, const char *key, size
     return v.ptr;
 }
 
+/* The batch as n one-token feeds; on failure the fed ones step back. */
+static int decode_one_by_one(muser_session *const *sessions, const muser_token *tokens, int n) {
+    for (int i = 0; i < n; i++) {
+        int rc = muser_session_feed(sessions[i], &tokens[i], 1, false);
+        if (rc) {
+            for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens, int n) {
     if (n <= 0 || !sessions || !tokens) return mu_fail(MUSER_EINVAL, "batch decode: nothing to decode");
     for (int i = 0; i < n; i++) {
@@ -470,16 +482,7 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
     const mu_backend_ops *ops = sessions[0]->backend->ops;
     bool batched = ops->forward_batch != NULL && n > 1;
     for (int i = 0; i < n && batched; i++) batched = sessions[i]->backend->ops == ops;
-    if (!batched) {
-        for (int i = 0; i < n; i++) {
-            int rc = muser_session_feed(sessions[i], &tokens[i], 1, false);
-            if (rc) {
-                for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
-                return rc;
-            }
-        }
-        return 0;
-    }
+    if (!batched) return decode_one_by_one(sessions, tokens, n);
     const size_t V = (size_t)sessions[0]->model->hp.n_vocab;
     for (int i = 0; i < n; i++) {
         muser_session *s = sessions[i];
@@ -509,6 +512,10 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
         const int cap = sessions[done]->cfg.n_batch;
         const int chunk = n - done < cap ? n - done : cap;
         rc = ops->forward_batch(rows + done, tokens + done, pos + done, chunk, dst + done);
+        if (rc == MUSER_EUNSUPPORTED && done == 0) { /* rows the backend cannot mix: nothing changed yet */
+            free(rows), free(pos), free(dst);
+            return decode_one_by_one(sessions, tokens, n);
+        }
         if (rc) {
             /* Every row goes back to where it was; KV rows of a half-done step are cut. */
             for (int i = 0; i < n; i++) {
