@@ -399,7 +399,10 @@ int cmd_synth(int argc, char **argv) {
     const uint64_t total = gguf_writer_total_bytes(w);
     const uint64_t chunk_bytes = 64ull << 20;
     buf = malloc(chunk_bytes + (1 << 20));
-    scratch = malloc(sizeof(float) * (size_t)mu_pool_size(pool) * (size_t)(E > p.n_ff ? (E > Q ? E : Q) : p.n_ff));
+    /* a row of any tensor: the widest of n_embd, n_head * head_dim (Wo) and n_ff */
+    int64_t widest = E > Q ? E : Q;
+    if (p.n_ff > widest) widest = p.n_ff;
+    scratch = malloc(sizeof(float) * (size_t)mu_pool_size(pool) * (size_t)widest);
     const double t0 = mu_now_seconds();
     uint64_t done = 0;
     for (int i = 0; i < n_plan; i++) {
