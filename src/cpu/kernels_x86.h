@@ -13,7 +13,8 @@
  * vector of 16-bit group scales per unit. Per unit:
  *     isum += dpwssd(maddubs(q_u8, a_s8), scales)
  * Dword lane l of isum holds bytes 4l..4l+3 of the unit, so it lies in
- * activation group 4u + l/4 and takes that group's scale; per block
+ * activation group 4u + l/4 and takes that group's scale (a permute of
+ * the block's 16 scales); per block
  *     y += d * sum_u float(isum_u) * da_u  -  sum_g mins_g * ds_g
  * where ds_g = da_g * sum(a of g) comes with the activations. Q6_K's -32
  * offset is the "min" term with mins = 32*scales and dmin = d.
@@ -309,28 +310,14 @@ MU_INLINE uint64_t kq_block_bytes(int fmt) {
     return fmt == KQ_Q4_K ? sizeof(mu_block_q4_K) : fmt == KQ_Q5_K ? sizeof(mu_block_q5_K) : sizeof(mu_block_q6_K);
 }
 
-/* The activation side of a tile: token rows (fast-lane rows, kernels.h) and,
- * per token and block, each unit's 16 lane scales da (d of the lane's
- * group), spread once per token tile and shared by every row. */
+/* The activation side of a tile: nt token rows (fast-lane rows, kernels.h)
+ * and the column segment the tile covers. */
 typedef struct kq_tokens {
     const uint8_t *a0; /* token 0's row */
     uint64_t stride;   /* bytes between token rows */
     int64_t n;         /* row length */
     int64_t b0, nb;    /* the column segment: first block, blocks */
-    float *da;         /* [nt][nb][4 units][16] */
 } kq_tokens;
-
-static void kq_tokens_prep(kq_tokens *tk, int nt) {
-    for (int t = 0; t < nt; t++) {
-        const float *d = mu_act_d(tk->a0 + (uint64_t)t * tk->stride, tk->n) + 16 * tk->b0;
-        for (int64_t i = 0; i < tk->nb; i++) {
-            const vf dv = vf_load(d + 16 * i);
-            float *o = tk->da + (t * tk->nb + i) * 64;
-            MU_UNROLL(4)
-            for (int c = 0; c < 4; c++) vf_store(o + 16 * c, vf_spread4x4(dv, 4 * c));
-        }
-    }
-}
 
 /* A register tile of one weight row x nt tokens: out[t] = row . token t.
  * Each weight block is unpacked once for all nt tokens. nt is a
@@ -351,12 +338,13 @@ MU_INLINE void kq_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
         for (int t = 0; t < nt; t++) {
             const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
             const int8_t *aq = (const int8_t *)arow + (tk->b0 + i) * MU_QK_K;
-            const float *da = tk->da + (t * tk->nb + i) * 64;
+            /* the block's 16 group scales; unit c's lanes take groups 4c..4c+3 */
+            const vf dv = vf_load(mu_act_d(arow, tk->n) + 16 * (tk->b0 + i));
             vf p = vf_zero();
             MU_UNROLL(4)
             for (int c = 0; c < 4; c++) {
                 const vi isum = vi_dpwssd(vi_zero(), vi_maddubs(u.q[c], vi_load(aq + 64 * c)), u.sc[c]);
-                p = vf_fma(vf_from_i32(isum), vf_load(da + 16 * c), p);
+                p = vf_fma(vf_from_i32(isum), vf_spread4x4(dv, 4 * c), p);
             }
             /* d * sum(isum * da) - sum_g mins_g * ds_g */
             acc[t] = vf_fma(p, d, acc[t]);
@@ -380,14 +368,13 @@ MU_INLINE void kq_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64
 /* Decode and prefill alike. Rows go in tiles that stay in L2 while every
  * token tile of KQ_NT runs over them (a ragged token tail one at a time).
  * Columns go in segments: in prefill short ones, so a token tile's
- * activations stay in L1 across the rows (16 blocks x 4 tokens = 16 KiB);
+ * activations stay in L1 across the rows (16 blocks x 4 tokens = 17 KiB);
  * in decode long ones, so each row streams from memory in one run. */
 #define KQ_SEG_PREFILL 16
 #define KQ_SEG_DECODE 96
 
 MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
                          int64_t T, float *y, int64_t ldy) {
-    float da[(KQ_NT * KQ_SEG_PREFILL > KQ_SEG_DECODE ? KQ_NT * KQ_SEG_PREFILL : KQ_SEG_DECODE) * 64];
     const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
     const int64_t seg = T >= KQ_NT ? KQ_SEG_PREFILL : KQ_SEG_DECODE;
     int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
@@ -399,8 +386,7 @@ MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const 
             const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
             for (int64_t t = 0; t < T;) {
                 const int nt = T - t >= KQ_NT ? KQ_NT : 1;
-                kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb, da};
-                kq_tokens_prep(&tk, nt);
+                const kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb};
                 if (nt == KQ_NT) kq_rows(fmt, wseg, rb, r0, r1, &tk, KQ_NT, y + t * ldy, ldy, b0 > 0);
                 else kq_rows(fmt, wseg, rb, r0, r1, &tk, 1, y + t * ldy, ldy, b0 > 0);
                 t += nt;
