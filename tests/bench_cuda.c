@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
         for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++) {
             mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
             mu_cu_set_matvec_prefetch(var[vi][3]);
-            mu_cu_set_matvec_stage(var[vi][4] != 0);
+
             mu_cuda_set_synthetic_depth(b, 0, 5);
             muser_token tok = toks[0], next = 0;
             int pos = 0;

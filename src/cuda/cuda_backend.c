@@ -254,7 +254,7 @@ static int upload_one(uploader *u, const mu_weight *w, const mu_cu_weight *dw) {
                                      cudaMemcpyHostToDevice, s));
         } else {
             CU_CHECK(cudaMemcpyAsync(u->dstage[k], u->pin[k], bytes, cudaMemcpyHostToDevice, s));
-            CU_CHECK(mu_cu_repack(dw, u->dstage[k], r0, nr, s));
+            CU_CHECK(mu_cu_repack(dw, u->dstage[k], r0, nr, 0, s));
         }
         CU_CHECK(cudaEventRecord(u->ev[k], s));
         u->done += bytes;
