@@ -854,26 +854,31 @@ static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
 
 template <class P, int LANE, int EPI>
 static cudaError_t launch_mv(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
-    static int sms = 0, fit = 0;
-    static size_t fit_smem = (size_t)-1;
-    if (!sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    /* per device (tensor parallel: one process drives several GPUs) */
+    static int sms[64], fit[64];
+    static size_t fit_smem[64];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (!sms[dev]) {
+        e = cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
         /* the staged input (up to 78 blocks x 416 bytes) on top of the static tail */
-        cudaError_t e = cudaFuncSetAttribute(mv_kernel<P, LANE, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(mv_kernel<P, LANE, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
         if (e != cudaSuccess) return e;
+        fit_smem[dev] = (size_t)-1;
     }
     if (smem > 96 * 1024) return cudaErrorInvalidValue;
-    if (smem != fit_smem) {
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, mv_kernel<P, LANE, EPI>, MV_THREADS, smem);
+    if (smem != fit_smem[dev]) {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mv_kernel<P, LANE, EPI>, MV_THREADS, smem);
         if (e != cudaSuccess) return e;
-        fit_smem = smem;
+        fit_smem[dev] = smem;
     }
-    const int per_sm = g_occupancy > 0 && g_occupancy < fit ? g_occupancy : (fit < 1 ? 1 : fit);
+    const int per_sm = g_occupancy > 0 && g_occupancy < fit[dev] ? g_occupancy : (fit[dev] < 1 ? 1 : fit[dev]);
     /* as many warps as fit, then as few as keep the same number of rounds:
      * every warp gets the same number of row-dots */
-    const int64_t max_w = (int64_t)sms * per_sm * MV_WARPS;
+    const int64_t max_w = (int64_t)sms[dev] * per_sm * MV_WARPS;
     const int64_t rounds = (jobs + max_w - 1) / max_w;
     const int64_t warps = (jobs + rounds - 1) / rounds;
     int64_t blocks = (warps + MV_WARPS - 1) / MV_WARPS;
