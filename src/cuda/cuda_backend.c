@@ -619,6 +619,7 @@ static int run_head_matvec(cuda_backend *b, int row, prof_state *p) {
     a.logit_scale = hp->logit_scale;
     a.softcap = hp->softcap;
     a.best = b->d_best;
+    a.vocab0 = b->vocab0; /* global token ids in the device choice (tensor parallel) */
     a.hdr = (const mu_cu_rec_hdr *)(b->d_rec + (int64_t)row * b->rec_stride);
     RC(prof_mark(b, p, PF_HEAD));
     CU_CHECK(mu_cu_matvec(&a, b->stream));
