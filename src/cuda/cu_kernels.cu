@@ -718,7 +718,7 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
     }
     pdl_wait(); /* the weights above are immutable; activations come after */
 
-    if (LANE == MU_CU_LANE_FAST) {
+    if (LANE == MU_CU_LANE_FAST && !(a.lab & MU_CU_LAB_NO_STAGE)) {
         P::stage(a, mv_smem);
         __syncthreads();
     }
@@ -746,7 +746,7 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
                 if (lane == 0) {
                     a.gu.x[cr] = prod;
                     if (a.gu.h) a.gu.h[cr] = f32_to_f16(prod);
-                    if (a.gu.q) {
+                    if (a.gu.q && !(a.lab & MU_CU_LAB_NO_GROUP_QUANT)) {
                         __threadfence();
                         prev = atomicAdd(a.group_count + (cr >> 4), 1u);
                     }
@@ -785,6 +785,29 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
             const unsigned long long key = ((unsigned long long)ordered_bits(sel) << 32) |
                                            (unsigned long long)(0xFFFFFFFFu - (uint32_t)(cr + a.vocab0));
             best = key > best ? key : best;
+        } else if constexpr (EPI == MU_CU_EPI_QKV) {
+            /* q, k: the head's 128th row finishes it; v: appended now */
+            const mu_cu_qkv_post &q = a.qkv;
+            unsigned prev = 0;
+            if (lane == 0) {
+                a.seg[cs].y[cr] = y;
+                if (cs == 2) {
+                    const int64_t off = (int64_t)rec_layer(q.recs, 0, q.layer).slot * q.n_head_kv * 128 + cr;
+                    if (q.kv_f32) ((float *)q.vc)[off] = y;
+                    else ((uint16_t *)q.vc)[off] = f32_to_f16(y);
+                } else if (cs < 2) {
+                    __threadfence();
+                    prev = atomicAdd(a.head_count + (cs == 0 ? 0 : q.n_head) + (cr >> 7), 1u);
+                }
+            }
+            prev = __shfl_sync(MU_FULL, prev, 0);
+            if (cs < 2 && prev == 127) {
+                __shared__ float qk_buf[MV_WARPS][128];
+                __threadfence();
+                const int hh = (cs == 0 ? 0 : q.n_head) + (int)(cr >> 7);
+                qkv_post_head(q, 0, hh, qk_buf[warp], false);
+                if (lane == 0) a.head_count[hh] = 0u;
+            }
         } else {
             if (lane == 0) a.seg[cs].y[cr + (int64_t)cp * a.seg[cs].w.rows] = y;
         }
@@ -816,11 +839,11 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
             is_last = prev == gridDim.x - 1;
         }
         __syncthreads();
-        if (is_last) {
+        if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
             __threadfence();
             resnorm_block<MV_WARPS>(a.rn, 0);
-            if (threadIdx.x == 0) *a.counter = 0u;
         }
+        if (is_last && threadIdx.x == 0) *a.counter = 0u;
     }
 }
 
@@ -828,6 +851,8 @@ static int g_occupancy = 0; /* blocks per SM; 0: as many as fit */
 static int g_prefetch = 0;
 extern "C" void mu_cu_set_matvec_prefetch(int level) { g_prefetch = level; }
 static int g_grid_cap = 0;  /* blocks in all; 0: no cap */
+static unsigned g_lab = 0;  /* MU_CU_LAB_* (timing experiments only) */
+extern "C" void mu_cu_set_matvec_lab(unsigned flags) { g_lab = flags; }
 extern "C" void mu_cu_set_matvec_occupancy(int blocks_per_sm) { g_occupancy = blocks_per_sm > 0 ? blocks_per_sm : 0; }
 extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 ? blocks : 0; }
 
@@ -893,6 +918,7 @@ static cudaError_t launch_epi(const mu_cu_mv *a, int64_t jobs, size_t smem, cuda
     case MU_CU_EPI_GATEUP: return launch_mv<P, LANE, MU_CU_EPI_GATEUP>(a, jobs, smem, s);
     case MU_CU_EPI_RESNORM: return launch_mv<P, LANE, MU_CU_EPI_RESNORM>(a, jobs, smem, s);
     case MU_CU_EPI_LOGITS: return launch_mv<P, LANE, MU_CU_EPI_LOGITS>(a, jobs, smem, s);
+    case MU_CU_EPI_QKV: return launch_mv<P, LANE, MU_CU_EPI_QKV>(a, jobs, smem, s);
     default: return launch_mv<P, LANE, MU_CU_EPI_STORE>(a, jobs, smem, s);
     }
 }
@@ -907,6 +933,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     mu_cu_mv a = *in;
     if (a.nseg < 1) return cudaErrorInvalidValue;
     a.prefetch = g_prefetch;
+    a.lab = g_lab;
     a.rows_total = 0;
     bool all_k = true, same = true;
     for (int i = 0; i < a.nseg; i++) {
@@ -916,7 +943,8 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
         same = same && a.seg[i].w.type == a.seg[0].w.type;
     }
     if (!all_k && !same) {
-        /* formats of different families: one launch per matrix (STORE only) */
+        /* formats of different families: one launch per matrix (STORE only;
+         * the caller runs QK-norm + RoPE + append as its own kernel) */
         if (a.epi != MU_CU_EPI_STORE) return cudaErrorInvalidValue;
         for (int i = 0; i < in->nseg; i++) {
             mu_cu_mv one = *in;
@@ -937,6 +965,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
         /* the exact lane and mixed K-quant launches switch per batch */
         if (a.lane != MU_CU_LANE_FAST) return launch_epi<PolKQ<0>, MU_CU_LANE_EXACT>(&a, jobs, smem, s);
         if (!same) {
+            if (a.epi == MU_CU_EPI_QKV) return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_QKV>(&a, jobs, smem, s);
             if (a.epi != MU_CU_EPI_STORE) return cudaErrorInvalidValue;
             return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE>(&a, jobs, smem, s);
         }

@@ -138,8 +138,26 @@ enum {
     MU_CU_EPI_GATEUP = 1,  /* seg0 gate, seg1 up: out = silu(g)*u as f32 + int8 */
     MU_CU_EPI_RESNORM = 2, /* y = dot; the last block runs the resnorm tail   */
     MU_CU_EPI_LOGITS = 3,  /* logits = cap*tanh(scale*y/cap); device argmax   */
+    MU_CU_EPI_QKV = 4,     /* segments q, k, v[, gate] of one token: stored;
+                              each head's last row runs QK-norm + RoPE + the
+                              K append, V rows are appended as they finish  */
 };
 #define MU_CU_MAX_SEG 4
+
+typedef struct mu_cu_qkv_post {
+    int T, layer;
+    int n_head, n_head_kv, head_dim, n_rot;
+    int neox;              /* rope pairing                               */
+    int use_rope, base_index;
+    const float *q, *k, *v;       /* raw projections [T][..]               */
+    int64_t q_stride, kv_stride;  /* elements between tokens               */
+    const float *q_norm, *k_norm; /* [head_dim] or NULL                    */
+    float eps;
+    float *qn;             /* [T][n_head][head_dim]                       */
+    void *kc, *vc;
+    int kv_f32;
+    mu_cu_recs recs;
+} mu_cu_qkv_post;
 
 typedef struct mu_cu_mv_seg {
     mu_cu_weight w;
@@ -154,6 +172,7 @@ typedef struct mu_cu_mv {
     mu_cu_act act;
     int64_t rows_total;    /* set by mu_cu_matvec                          */
     int prefetch;          /* set by mu_cu_matvec: prefetch before the wait (see below) */
+    unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
     /* GATEUP */
@@ -168,6 +187,9 @@ typedef struct mu_cu_mv {
     const mu_cu_rec_hdr *hdr;  /* temperature and seed of the step                     */
     int64_t vocab0;            /* global index of row 0 (a tensor-parallel rank's slice) */
     uint64_t step;
+    /* QKV (decode, T = 1) */
+    mu_cu_qkv_post qkv;
+    unsigned int *head_count; /* [n_head + n_head_kv], zero; each head's last row re-zeroes it */
 } mu_cu_mv;
 
 /* ---- attention ------------------------------------------------------------------- */
@@ -191,20 +213,6 @@ MU_CU_HD static inline int mu_cu_attn_splits(int64_t n, int cap) {
     return (int)(s < cap ? s : cap);
 }
 
-typedef struct mu_cu_qkv_post {
-    int T, layer;
-    int n_head, n_head_kv, head_dim, n_rot;
-    int neox;              /* rope pairing                               */
-    int use_rope, base_index;
-    const float *q, *k, *v;       /* raw projections [T][..]               */
-    int64_t q_stride, kv_stride;  /* elements between tokens               */
-    const float *q_norm, *k_norm; /* [head_dim] or NULL                    */
-    float eps;
-    float *qn;             /* [T][n_head][head_dim]                       */
-    void *kc, *vc;
-    int kv_f32;
-    mu_cu_recs recs;
-} mu_cu_qkv_post;
 
 typedef struct mu_cu_reduce {
     int T, n_head, head_dim, split_cap, layer;
@@ -227,6 +235,10 @@ void mu_cu_set_matvec_grid_cap(int blocks);
  * batch into registers; 1 also each warp's next row-dots into L2 (bulk
  * prefetch), while the previous kernel drains. */
 void mu_cu_set_matvec_prefetch(int level);
+/* Timing experiments of the A/B lab only (the results are then wrong):
+ * leave out a part of the matvec kernels to measure what it costs. */
+enum { MU_CU_LAB_NO_GROUP_QUANT = 1, MU_CU_LAB_NO_TAIL = 2, MU_CU_LAB_NO_STAGE = 4 };
+void mu_cu_set_matvec_lab(unsigned flags);
 
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams;
  * src_stride: bytes between the staged rows (0: the rows are contiguous). */
