@@ -675,6 +675,15 @@ __device__ __forceinline__ void rowdot_prefetch_l2(const mu_cu_weight &w, int64_
     }
 }
 
+/* Orders this thread's earlier writes before a later counter update (and,
+ * after reading the counter, later reads after it): the release/acquire
+ * fence, cheaper than __threadfence's sequentially consistent one (the
+ * lab can ask for that one to compare). */
+__device__ __forceinline__ void fence_release(unsigned lab) {
+    if (lab & MU_CU_LAB_SC_FENCE) __threadfence();
+    else asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 template <class P, int LANE, int EPI>
 __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
     pdl_trigger();
@@ -747,14 +756,14 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
                     a.gu.x[cr] = prod;
                     if (a.gu.h) a.gu.h[cr] = f32_to_f16(prod);
                     if (a.gu.q && !(a.lab & MU_CU_LAB_NO_GROUP_QUANT)) {
-                        __threadfence();
+                        fence_release(a.lab);
                         prev = atomicAdd(a.group_count + (cr >> 4), 1u);
                     }
                 }
                 prev = __shfl_sync(MU_FULL, prev, 0);
                 if (a.gu.q && prev == 15) {
                     /* the group's last product: quantize its 16 values */
-                    __threadfence();
+                    fence_release(a.lab);
                     const int64_t g0 = cr & ~(int64_t)15;
                     const float x = __ldcg(a.gu.x + g0 + (lane & 15));
                     float amax = fabsf(x);
@@ -796,14 +805,14 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
                     if (q.kv_f32) ((float *)q.vc)[off] = y;
                     else ((uint16_t *)q.vc)[off] = f32_to_f16(y);
                 } else if (cs < 2) {
-                    __threadfence();
+                    fence_release(a.lab);
                     prev = atomicAdd(a.head_count + (cs == 0 ? 0 : q.n_head) + (cr >> 7), 1u);
                 }
             }
             prev = __shfl_sync(MU_FULL, prev, 0);
             if (cs < 2 && prev == 127) {
                 __shared__ float qk_buf[MV_WARPS][128];
-                __threadfence();
+                fence_release(a.lab);
                 const int hh = (cs == 0 ? 0 : q.n_head) + (int)(cr >> 7);
                 qkv_post_head(q, 0, hh, qk_buf[warp], false);
                 if (lane == 0) a.head_count[hh] = 0u;
@@ -831,16 +840,16 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
         /* the last block to finish runs the residual + norm tail */
         __shared__ int is_last;
-        if (lane == 0) __threadfence();
+        if (lane == 0) fence_release(a.lab);
         __syncthreads();
         if (threadIdx.x == 0) {
-            __threadfence();
+            fence_release(a.lab);
             const unsigned prev = atomicAdd(a.counter, 1u);
             is_last = prev == gridDim.x - 1;
         }
         __syncthreads();
         if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
-            __threadfence();
+            fence_release(a.lab);
             resnorm_block<MV_WARPS>(a.rn, 0);
         }
         if (is_last && threadIdx.x == 0) *a.counter = 0u;
@@ -853,6 +862,7 @@ extern "C" void mu_cu_set_matvec_prefetch(int level) { g_prefetch = level; }
 static int g_grid_cap = 0;  /* blocks in all; 0: no cap */
 static unsigned g_lab = 0;  /* MU_CU_LAB_* (timing experiments only) */
 extern "C" void mu_cu_set_matvec_lab(unsigned flags) { g_lab = flags; }
+extern "C" unsigned mu_cu_get_matvec_lab(void) { return g_lab; }
 extern "C" void mu_cu_set_matvec_occupancy(int blocks_per_sm) { g_occupancy = blocks_per_sm > 0 ? blocks_per_sm : 0; }
 extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 ? blocks : 0; }
 

@@ -235,10 +235,20 @@ void mu_cu_set_matvec_grid_cap(int blocks);
  * batch into registers; 1 also each warp's next row-dots into L2 (bulk
  * prefetch), while the previous kernel drains. */
 void mu_cu_set_matvec_prefetch(int level);
-/* Timing experiments of the A/B lab only (the results are then wrong):
- * leave out a part of the matvec kernels to measure what it costs. */
-enum { MU_CU_LAB_NO_GROUP_QUANT = 1, MU_CU_LAB_NO_TAIL = 2, MU_CU_LAB_NO_STAGE = 4 };
+/* Experiments of the A/B lab. NO_*: leave out a part of the matvec kernels
+ * to time what it costs (the results are then wrong); SC_FENCE: the
+ * sequentially consistent fence (__threadfence) before counter updates
+ * instead of the release/acquire one; UNFUSED_QKV: QK-norm + RoPE + KV
+ * append as their own kernel instead of the qkv matvec's epilogue. */
+enum {
+    MU_CU_LAB_NO_GROUP_QUANT = 1,
+    MU_CU_LAB_NO_TAIL = 2,
+    MU_CU_LAB_NO_STAGE = 4,
+    MU_CU_LAB_SC_FENCE = 8,
+    MU_CU_LAB_UNFUSED_QKV = 16
+};
 void mu_cu_set_matvec_lab(unsigned flags);
+unsigned mu_cu_get_matvec_lab(void);
 
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams;
  * src_stride: bytes between the staged rows (0: the rows are contiguous). */

@@ -655,7 +655,8 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     const mu_cu_act in_a = act_of(b->ax, b->fast ? b->aq : NULL, b->fast ? b->ads : NULL);
     /* QK-norm + RoPE + KV append fused into the matvec's epilogue when the
      * four matrices form one launch (one weight family) */
-    const bool fuse = D->wq.qs && D->wk.qs && D->wv.qs && same_family(D);
+    const bool fuse = D->wq.qs && D->wk.qs && D->wv.qs && same_family(D) &&
+                      !(mu_cu_get_matvec_lab() & MU_CU_LAB_UNFUSED_QKV);
     mu_cu_mv a;
     mv_init(&a, b, fuse ? MU_CU_EPI_QKV : MU_CU_EPI_STORE, in_a);
     mv_seg(&a, &D->wq, b->q);
