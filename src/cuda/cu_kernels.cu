@@ -289,11 +289,11 @@ __device__ void resnorm_block_wide(const mu_cu_resnorm &rn, int64_t t) {
     }
 }
 
+/* sv: TAIL_MAXN floats of shared memory (16-byte aligned) for h. */
 template <int NW>
-__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
-    constexpr int TAIL_PER = TAIL_MAXN / (NW * 128); /* float4 chunks per thread at most */
+__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
+    constexpr int TAIL_PER = TAIL_MAXN / (NW * 128) > 0 ? TAIL_MAXN / (NW * 128) : 1; /* float4 chunks per thread */
     __shared__ float red[33];
-    __shared__ __align__(16) float sv[TAIL_MAXN];
     if (rn.n > TAIL_MAXN || blockDim.x != NW * 32) {
         resnorm_block_wide(rn, t);
         return;
@@ -375,7 +375,8 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
 __global__ void __launch_bounds__(256) resnorm_rows_kernel(const __grid_constant__ mu_cu_resnorm rn) {
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    resnorm_block<8>(rn, blockIdx.x);
+    __shared__ __align__(16) float sv[TAIL_MAXN];
+    resnorm_block<8>(rn, blockIdx.x, sv);
 }
 
 extern "C" cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, cudaStream_t s) {
@@ -421,7 +422,8 @@ __global__ void __launch_bounds__(256) embed_kernel(const __grid_constant__ mu_c
     }
     __threadfence_block();
     __syncthreads();
-    resnorm_block<8>(rn, t);
+    __shared__ __align__(16) float sv[TAIL_MAXN];
+    resnorm_block<8>(rn, t, sv);
 }
 
 extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
@@ -444,8 +446,13 @@ extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int
  *   unit formats (Q8_0, Q4_0, F32, F16, BF16): a batch is 4 units per lane
  *     (the decoders of cu_device.cuh). */
 
-#define MV_WARPS 16
-#define MV_THREADS (MV_WARPS * 32)
+/* warps per block: one block of 32 warps per SM in the fast lane (64
+ * registers each); the exact lane, 16 warps with up to 128 registers */
+template <int LANE>
+__host__ __device__ constexpr int mv_warps() {
+    return LANE == MU_CU_LANE_FAST ? 32 : 16;
+}
+#define MV_RING_STAGES 2
 #define MV_NB 4 /* unit formats: 16-byte units per lane per batch */
 
 /* Shared-memory layout of the staged fast-lane input for the K-quants, per
@@ -515,10 +522,25 @@ __device__ __forceinline__ void kq_act_load(const uint8_t *sm, int nb, int b, in
     }
 }
 
+/* Asynchronous 16-byte copies global -> shared (L2 only), per thread. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 /* K-quant family. TYPE 0: the type of each segment, switched per batch
- * (launches mixing K-quants, and the exact lane). */
-template <uint32_t TYPE>
+ * (launches mixing K-quants, and the exact lane). PIPE (Q4_K): a batch's
+ * loads go through a per-warp ring of two stages in shared memory
+ * (cp.async, no registers held), so the next batch streams while this one
+ * is computed; slot j of a stage holds the warp's 16-byte loads j
+ * (qs 0-3, meta 4), lane-major (conflict-free). */
+template <uint32_t TYPE, bool PIPE_ = false>
 struct PolKQ {
+    static constexpr bool PIPE = PIPE_;
+    static constexpr int RING_STAGE = PIPE_ ? 5 * 512 : 0; /* bytes per warp and stage */
+    static constexpr int RING_WARP = MV_RING_STAGES * RING_STAGE;
     static constexpr int PER_BATCH = 16; /* blocks */
     struct Regs {
         KqLane<uint4> L;
@@ -546,6 +568,37 @@ struct PolKQ {
         case MU_TYPE_Q4_K: load_t<MU_TYPE_Q4_K>(R, w, row); break;
         case MU_TYPE_Q5_K: load_t<MU_TYPE_Q5_K>(R, w, row); break;
         default: load_t<MU_TYPE_Q6_K>(R, w, row); break;
+        }
+    }
+    /* the batch's loads: into registers, or (PIPE) into ring stage stg */
+    __device__ static void issue(Regs &R, uint8_t *stg, const mu_cu_weight &w, int64_t row, int i0, int i1) {
+        if constexpr (!PIPE_) {
+            load(R, w, row, i0, i1);
+        } else {
+            static_assert(TYPE == MU_TYPE_Q4_K, "the load ring holds Q4_K lane-blocks");
+            const int lane = threadIdx.x & 31, c0 = lane & 1, b = i0 + (lane >> 1);
+            if (b < i1) {
+                const int64_t rb = row * (w.cols >> 8);
+                const uint8_t *qs = w.qs + rb * 128;
+#pragma unroll
+                for (int i = 0; i < 4; i++) cp_async16(stg + i * 512 + lane * 16, qs + kq_qs_off(b, c0, i));
+                cp_async16(stg + 4 * 512 + lane * 16, w.meta + (rb + b) * 16);
+            }
+            cp_commit();
+        }
+    }
+    /* PIPE: waits for the batch in stage stg and moves the lane's part to registers */
+    __device__ static void fetch(Regs &R, const uint8_t *stg, int i0, int i1) {
+        if constexpr (PIPE_) {
+            const int lane = threadIdx.x & 31;
+            cp_wait_all();
+            R.b = i0 + (lane >> 1);
+            R.on = R.b < i1;
+            if (R.on) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) R.L.q[i] = *reinterpret_cast<const uint4 *>(stg + i * 512 + lane * 16);
+                R.L.m = *reinterpret_cast<const uint4 *>(stg + 4 * 512 + lane * 16);
+            }
         }
     }
     template <uint32_t T>
@@ -583,6 +636,8 @@ struct PolKQ {
 /* Unit formats: lane l takes units i0 + 32k + l (k < MV_NB) of the row. */
 template <class TT>
 struct PolUnit {
+    static constexpr bool PIPE = false;
+    static constexpr int RING_STAGE = 0, RING_WARP = 0;
     static constexpr int PER_BATCH = 32 * MV_NB; /* units */
     struct Regs {
         uint4 v[MV_NB];
@@ -602,6 +657,10 @@ struct PolUnit {
         for (int i = threadIdx.x; i < ne / 32; i += blockDim.x)
             reinterpret_cast<float4 *>(sds)[i] = __ldcg(reinterpret_cast<const float4 *>(a.act.ds) + i);
     }
+    __device__ static void issue(Regs &R, uint8_t *, const mu_cu_weight &w, int64_t row, int i0, int i1) {
+        load(R, w, row, i0, i1);
+    }
+    __device__ static void fetch(Regs &, const uint8_t *, int, int) {}
     __device__ static void load(Regs &R, const mu_cu_weight &w, int64_t row, int i0, int i1) {
         const int lane = threadIdx.x & 31;
         const uint8_t *p = w.qs + row * (int64_t)w.units * 16;
@@ -676,20 +735,19 @@ __device__ __forceinline__ void rowdot_prefetch_l2(const mu_cu_weight &w, int64_
 }
 
 /* Orders this thread's earlier writes before a later counter update (and,
- * after reading the counter, later reads after it): the release/acquire
- * fence, cheaper than __threadfence's sequentially consistent one (the
- * lab can ask for that one to compare). */
-__device__ __forceinline__ void fence_release(unsigned lab) {
-    if (lab & MU_CU_LAB_SC_FENCE) __threadfence();
-    else asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
+ * after reading the counter, later reads after it): a release/acquire
+ * fence (measured: as fast as __threadfence's sequentially consistent one,
+ * and all the counters need). */
+__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 template <class P, int LANE, int EPI>
-__global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
+__global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
+    constexpr int NW = mv_warps<LANE>();
     pdl_trigger();
+    /* dynamic shared memory: the staged input (fast lane), then the load ring (pipelined policies) */
     extern __shared__ __align__(16) uint8_t mv_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t W = (int64_t)gridDim.x * MV_WARPS, gw = (int64_t)blockIdx.x * MV_WARPS + warp;
+    const int64_t W = (int64_t)gridDim.x * NW, gw = (int64_t)blockIdx.x * NW + warp;
     const int n_items = P::items(a.seg[0].w); /* every segment reads the same input */
     const int parts = a.parts > 1 ? a.parts : 1, plen = n_items / parts;
     const int64_t jobs = EPI == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * parts;
@@ -716,7 +774,9 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
     bool have = locate(0, cs, cr, cp);
     int ci0 = cp * plen, cend = ci0 + plen;
     typename P::Regs R;
-    if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+    uint8_t *ring = mv_smem + a.ring_off + (size_t)warp * P::RING_WARP;
+    int st = 0; /* ring stage of the batch being computed */
+    if (have) P::issue(R, ring, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
     if (a.prefetch >= 1 && lane == 0) {
         /* the next two row-dots into L2 while the previous kernel drains */
         for (int64_t k = 1; k <= 2; k++) {
@@ -736,11 +796,29 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
     unsigned long long best = 0ull;
     while (have) {
         const int ci1 = min(ci0 + P::PER_BATCH, cend);
+        P::fetch(R, ring + st * P::RING_STAGE, ci0, ci1);
+        /* the next batch: the rest of this row-dot, else the next one (a
+         * ring streams it while this batch is computed; without a ring it
+         * is found after the arithmetic, to keep its registers free) */
+        int ns = cs, np = cp, ni0 = ci1, nend = cend;
+        int64_t nr = cr, nk = ck;
+        bool nh = true;
+        auto find_next = [&]() {
+            if (ci1 < cend) return;
+            nk = ck + 1;
+            nh = locate(nk, ns, nr, np);
+            ni0 = np * plen;
+            nend = ni0 + plen;
+        };
+        if constexpr (P::PIPE) {
+            find_next();
+            if (nh) P::issue(R, ring + (st ^ 1) * P::RING_STAGE, a.seg[ns].w, nr, ni0, min(ni0 + P::PER_BATCH, nend));
+        }
         acc += LANE == MU_CU_LANE_FAST ? P::dot_fast(R, a.seg[cs].w, cr, a.act, mv_smem)
                                        : P::dot_exact(R, a.seg[cs].w, cr, a.act);
-        if (ci1 < cend) { /* the rest of this row-dot */
-            ci0 = ci1;
-            P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+        if (ci1 < cend) {
+            if (!P::PIPE) P::issue(R, nullptr, a.seg[cs].w, cr, ci1, min(ci1 + P::PER_BATCH, cend));
+            ci0 = ci1, st ^= 1;
             continue;
         }
         /* the row-dot is complete */
@@ -756,14 +834,14 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
                     a.gu.x[cr] = prod;
                     if (a.gu.h) a.gu.h[cr] = f32_to_f16(prod);
                     if (a.gu.q && !(a.lab & MU_CU_LAB_NO_GROUP_QUANT)) {
-                        fence_release(a.lab);
+                        fence_acq_rel();
                         prev = atomicAdd(a.group_count + (cr >> 4), 1u);
                     }
                 }
                 prev = __shfl_sync(MU_FULL, prev, 0);
                 if (a.gu.q && prev == 15) {
                     /* the group's last product: quantize its 16 values */
-                    fence_release(a.lab);
+                    fence_acq_rel();
                     const int64_t g0 = cr & ~(int64_t)15;
                     const float x = __ldcg(a.gu.x + g0 + (lane & 15));
                     float amax = fabsf(x);
@@ -794,63 +872,43 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 2 : 1) m
             const unsigned long long key = ((unsigned long long)ordered_bits(sel) << 32) |
                                            (unsigned long long)(0xFFFFFFFFu - (uint32_t)(cr + a.vocab0));
             best = key > best ? key : best;
-        } else if constexpr (EPI == MU_CU_EPI_QKV) {
-            /* q, k: the head's 128th row finishes it; v: appended now */
-            const mu_cu_qkv_post &q = a.qkv;
-            unsigned prev = 0;
-            if (lane == 0) {
-                a.seg[cs].y[cr] = y;
-                if (cs == 2) {
-                    const int64_t off = (int64_t)rec_layer(q.recs, 0, q.layer).slot * q.n_head_kv * 128 + cr;
-                    if (q.kv_f32) ((float *)q.vc)[off] = y;
-                    else ((uint16_t *)q.vc)[off] = f32_to_f16(y);
-                } else if (cs < 2) {
-                    fence_release(a.lab);
-                    prev = atomicAdd(a.head_count + (cs == 0 ? 0 : q.n_head) + (cr >> 7), 1u);
-                }
-            }
-            prev = __shfl_sync(MU_FULL, prev, 0);
-            if (cs < 2 && prev == 127) {
-                __shared__ float qk_buf[MV_WARPS][128];
-                fence_release(a.lab);
-                const int hh = (cs == 0 ? 0 : q.n_head) + (int)(cr >> 7);
-                qkv_post_head(q, 0, hh, qk_buf[warp], false);
-                if (lane == 0) a.head_count[hh] = 0u;
-            }
         } else {
             if (lane == 0) a.seg[cs].y[cr + (int64_t)cp * a.seg[cs].w.rows] = y;
         }
-        ck++;
-        have = locate(ck, cs, cr, cp);
-        ci0 = cp * plen;
-        cend = ci0 + plen;
-        if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+        if constexpr (!P::PIPE) find_next();
+        cs = ns, cr = nr, cp = np, ck = nk, ci0 = ni0, cend = nend, have = nh, st ^= 1;
+        if (!P::PIPE && have) P::issue(R, nullptr, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
     }
 
     if constexpr (EPI == MU_CU_EPI_LOGITS) {
-        __shared__ unsigned long long best_w[MV_WARPS];
+        __shared__ unsigned long long best_w[NW];
         if (lane == 0) best_w[warp] = best;
         __syncthreads();
         if (threadIdx.x == 0) {
             unsigned long long m = 0ull;
-            for (int i = 0; i < MV_WARPS; i++) m = best_w[i] > m ? best_w[i] : m;
+            for (int i = 0; i < NW; i++) m = best_w[i] > m ? best_w[i] : m;
             if (m) atomicMax(a.best, m);
         }
     }
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
         /* the last block to finish runs the residual + norm tail */
         __shared__ int is_last;
-        if (lane == 0) fence_release(a.lab);
+        if (lane == 0) fence_acq_rel();
         __syncthreads();
         if (threadIdx.x == 0) {
-            fence_release(a.lab);
+            fence_acq_rel();
             const unsigned prev = atomicAdd(a.counter, 1u);
             is_last = prev == gridDim.x - 1;
         }
         __syncthreads();
         if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
-            fence_release(a.lab);
-            resnorm_block<MV_WARPS>(a.rn, 0);
+            fence_acq_rel();
+            if constexpr (P::PIPE) {
+                resnorm_block<NW>(a.rn, 0, reinterpret_cast<float *>(mv_smem + a.ring_off)); /* the idle ring */
+            } else {
+                __shared__ __align__(16) float tail_sv[TAIL_MAXN];
+                resnorm_block<NW>(a.rn, 0, tail_sv);
+            }
         }
         if (is_last && threadIdx.x == 0) *a.counter = 0u;
     }
@@ -888,7 +946,8 @@ static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
 }
 
 template <class P, int LANE, int EPI>
-static cudaError_t launch_mv(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
+static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cudaStream_t s) {
+    constexpr int NW = mv_warps<LANE>();
     /* per device (tensor parallel: one process drives several GPUs) */
     static int sms[64], fit[64];
     static size_t fit_smem[64];
@@ -897,29 +956,37 @@ static cudaError_t launch_mv(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaS
     if (e != cudaSuccess) return e;
     if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
     if (!sms[dev]) {
+        /* all the dynamic shared memory the kernel's static use leaves */
+        int optin = 0;
+        cudaFuncAttributes fa;
         e = cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
-        /* the staged input (up to 78 blocks x 416 bytes) on top of the static tail */
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, mv_kernel<P, LANE, EPI>);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(mv_kernel<P, LANE, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+            e = cudaFuncSetAttribute(mv_kernel<P, LANE, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     optin - (int)fa.sharedSizeBytes);
         if (e != cudaSuccess) return e;
         fit_smem[dev] = (size_t)-1;
     }
-    if (smem > 96 * 1024) return cudaErrorInvalidValue;
+    mu_cu_mv a = *in;
+    a.ring_off = (int64_t)((stage + 15) & ~(size_t)15);
+    const size_t smem = (size_t)a.ring_off + (size_t)NW * P::RING_WARP;
     if (smem != fit_smem[dev]) {
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mv_kernel<P, LANE, EPI>, MV_THREADS, smem);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mv_kernel<P, LANE, EPI>, NW * 32, smem);
         if (e != cudaSuccess) return e;
+        if (fit[dev] < 1) return cudaErrorInvalidConfiguration; /* does not fit an SM */
         fit_smem[dev] = smem;
     }
-    const int per_sm = g_occupancy > 0 && g_occupancy < fit[dev] ? g_occupancy : (fit[dev] < 1 ? 1 : fit[dev]);
+    const int per_sm = g_occupancy > 0 && g_occupancy < fit[dev] ? g_occupancy : fit[dev];
     /* as many warps as fit, then as few as keep the same number of rounds:
      * every warp gets the same number of row-dots */
-    const int64_t max_w = (int64_t)sms[dev] * per_sm * MV_WARPS;
+    const int64_t max_w = (int64_t)sms[dev] * per_sm * NW;
     const int64_t rounds = (jobs + max_w - 1) / max_w;
     const int64_t warps = (jobs + rounds - 1) / rounds;
-    int64_t blocks = (warps + MV_WARPS - 1) / MV_WARPS;
+    int64_t blocks = (warps + NW - 1) / NW;
     if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
     if (blocks < 1) blocks = 1;
-    return launch(mv_kernel<P, LANE, EPI>, dim3((unsigned)blocks), dim3(MV_THREADS), smem, s, *a);
+    return launch(mv_kernel<P, LANE, EPI>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, a);
 }
 
 template <class P, int LANE>
@@ -928,7 +995,6 @@ static cudaError_t launch_epi(const mu_cu_mv *a, int64_t jobs, size_t smem, cuda
     case MU_CU_EPI_GATEUP: return launch_mv<P, LANE, MU_CU_EPI_GATEUP>(a, jobs, smem, s);
     case MU_CU_EPI_RESNORM: return launch_mv<P, LANE, MU_CU_EPI_RESNORM>(a, jobs, smem, s);
     case MU_CU_EPI_LOGITS: return launch_mv<P, LANE, MU_CU_EPI_LOGITS>(a, jobs, smem, s);
-    case MU_CU_EPI_QKV: return launch_mv<P, LANE, MU_CU_EPI_QKV>(a, jobs, smem, s);
     default: return launch_mv<P, LANE, MU_CU_EPI_STORE>(a, jobs, smem, s);
     }
 }
@@ -953,8 +1019,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
         same = same && a.seg[i].w.type == a.seg[0].w.type;
     }
     if (!all_k && !same) {
-        /* formats of different families: one launch per matrix (STORE only;
-         * the caller runs QK-norm + RoPE + append as its own kernel) */
+        /* formats of different families: one launch per matrix (STORE only) */
         if (a.epi != MU_CU_EPI_STORE) return cudaErrorInvalidValue;
         for (int i = 0; i < in->nseg; i++) {
             mu_cu_mv one = *in;
@@ -975,12 +1040,13 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
         /* the exact lane and mixed K-quant launches switch per batch */
         if (a.lane != MU_CU_LANE_FAST) return launch_epi<PolKQ<0>, MU_CU_LANE_EXACT>(&a, jobs, smem, s);
         if (!same) {
-            if (a.epi == MU_CU_EPI_QKV) return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_QKV>(&a, jobs, smem, s);
             if (a.epi != MU_CU_EPI_STORE) return cudaErrorInvalidValue;
             return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE>(&a, jobs, smem, s);
         }
         switch (type) {
-        case MU_TYPE_Q4_K: return launch_epi<PolKQ<MU_TYPE_Q4_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        case MU_TYPE_Q4_K:
+            if (a.lab & MU_CU_LAB_NO_PIPE) return launch_epi<PolKQ<MU_TYPE_Q4_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+            return launch_epi<PolKQ<MU_TYPE_Q4_K, true>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
         case MU_TYPE_Q5_K: return launch_epi<PolKQ<MU_TYPE_Q5_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
         default: return launch_epi<PolKQ<MU_TYPE_Q6_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
         }

@@ -138,9 +138,6 @@ enum {
     MU_CU_EPI_GATEUP = 1,  /* seg0 gate, seg1 up: out = silu(g)*u as f32 + int8 */
     MU_CU_EPI_RESNORM = 2, /* y = dot; the last block runs the resnorm tail   */
     MU_CU_EPI_LOGITS = 3,  /* logits = cap*tanh(scale*y/cap); device argmax   */
-    MU_CU_EPI_QKV = 4,     /* segments q, k, v[, gate] of one token: stored;
-                              each head's last row runs QK-norm + RoPE + the
-                              K append, V rows are appended as they finish  */
 };
 #define MU_CU_MAX_SEG 4
 
@@ -173,6 +170,7 @@ typedef struct mu_cu_mv {
     int64_t rows_total;    /* set by mu_cu_matvec                          */
     int prefetch;          /* set by mu_cu_matvec: prefetch before the wait (see below) */
     unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
+    int64_t ring_off;      /* set at launch: offset of the load ring in dynamic shared memory */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
     /* GATEUP */
@@ -187,9 +185,6 @@ typedef struct mu_cu_mv {
     const mu_cu_rec_hdr *hdr;  /* temperature and seed of the step                     */
     int64_t vocab0;            /* global index of row 0 (a tensor-parallel rank's slice) */
     uint64_t step;
-    /* QKV (decode, T = 1) */
-    mu_cu_qkv_post qkv;
-    unsigned int *head_count; /* [n_head + n_head_kv], zero; each head's last row re-zeroes it */
 } mu_cu_mv;
 
 /* ---- attention ------------------------------------------------------------------- */
@@ -235,18 +230,11 @@ void mu_cu_set_matvec_grid_cap(int blocks);
  * batch into registers; 1 also each warp's next row-dots into L2 (bulk
  * prefetch), while the previous kernel drains. */
 void mu_cu_set_matvec_prefetch(int level);
-/* Experiments of the A/B lab. NO_*: leave out a part of the matvec kernels
- * to time what it costs (the results are then wrong); SC_FENCE: the
- * sequentially consistent fence (__threadfence) before counter updates
- * instead of the release/acquire one; UNFUSED_QKV: QK-norm + RoPE + KV
- * append as their own kernel instead of the qkv matvec's epilogue. */
-enum {
-    MU_CU_LAB_NO_GROUP_QUANT = 1,
-    MU_CU_LAB_NO_TAIL = 2,
-    MU_CU_LAB_NO_STAGE = 4,
-    MU_CU_LAB_SC_FENCE = 8,
-    MU_CU_LAB_UNFUSED_QKV = 16
-};
+/* Experiments of the A/B lab. NO_GROUP_QUANT, NO_TAIL, NO_STAGE: leave out
+ * a part of the matvec kernels to time what it costs (the results are then
+ * wrong); NO_PIPE: Q4_K matvecs load into registers instead of through the
+ * shared-memory pipeline (results unchanged). */
+enum { MU_CU_LAB_NO_GROUP_QUANT = 1, MU_CU_LAB_NO_TAIL = 2, MU_CU_LAB_NO_STAGE = 4, MU_CU_LAB_NO_PIPE = 8 };
 void mu_cu_set_matvec_lab(unsigned flags);
 unsigned mu_cu_get_matvec_lab(void);
 

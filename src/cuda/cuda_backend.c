@@ -120,7 +120,7 @@ typedef struct cuda_backend {
     float *logits_all;      /* [logit_rows][V]: prefill with all_logits        */
     int64_t logit_rows;
     unsigned long long *d_best, *h_best;
-    unsigned int *counters, *group_count, *head_count;
+    unsigned int *counters, *group_count;
     float *h_logits;
     void *wtmp;
     size_t wtmp_bytes;
@@ -634,46 +634,24 @@ static int run_head_matvec(cuda_backend *b, int row, prof_state *p) {
  * part starts with the residual/norm tail. */
 static int decode_parts(const cuda_backend *b) { return 2 * b->m->hp.n_layer + 1; }
 
-static bool is_kquant_type(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
-
-/* q, k, v and gate in one weight family (one matvec launch, mu_cu_matvec). */
-static bool same_family(const cu_layer *D) {
-    const mu_cu_weight *w[4] = {&D->wq, &D->wk, &D->wv, &D->wgate};
-    bool all_k = true, same = true;
-    for (int i = 0; i < 4; i++) {
-        if (!w[i]->qs) continue;
-        all_k = all_k && is_kquant_type(w[i]->type);
-        same = same && w[i]->type == D->wq.type;
-    }
-    return all_k || same;
-}
-
 /* Layer l up to Wo (its output in t, or the tail fused). */
 static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     const cudaStream_t s = b->stream;
     const cu_layer *D = &b->layers[l];
     const mu_cu_act in_a = act_of(b->ax, b->fast ? b->aq : NULL, b->fast ? b->ads : NULL);
-    /* QK-norm + RoPE + KV append fused into the matvec's epilogue when the
-     * four matrices form one launch (one weight family) */
-    const bool fuse = D->wq.qs && D->wk.qs && D->wv.qs && same_family(D) &&
-                      !(mu_cu_get_matvec_lab() & MU_CU_LAB_UNFUSED_QKV);
     mu_cu_mv a;
-    mv_init(&a, b, fuse ? MU_CU_EPI_QKV : MU_CU_EPI_STORE, in_a);
+    mv_init(&a, b, MU_CU_EPI_STORE, in_a);
     mv_seg(&a, &D->wq, b->q);
     mv_seg(&a, &D->wk, b->k);
     mv_seg(&a, &D->wv, b->v);
     mv_seg(&a, &D->wgate, b->g);
-    if (fuse) {
-        a.qkv = qkv_post_of(b, l, 1);
-        a.head_count = b->head_count;
-    }
     RC(prof_mark(b, p, PF_QKVG));
     CU_CHECK(mu_cu_matvec(&a, s));
-    if (!fuse) {
-        mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
-        RC(prof_mark(b, p, PF_QKPOST));
-        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-    }
+    /* (fusing this into the matvec's epilogue was measured 2.5% slower:
+     * a fence and an atomic per q/k row) */
+    mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
+    RC(prof_mark(b, p, PF_QKPOST));
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
     RC(run_attention(b, l, 1, p, false));
 
     mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
@@ -777,9 +755,7 @@ static int enqueue_decode(cuda_backend *b, prof_state *p) {
 
 int mu_cuda_launches_per_token(const mu_backend *base) {
     const cuda_backend *b = (const cuda_backend *)base;
-    int n = 2; /* embedding, LM head */
-    for (int l = 0; l < b->m->hp.n_layer; l++) n += 6 + (same_family(&b->layers[l]) ? 0 : 1) + (b->tp ? 2 : 0);
-    return n;
+    return 2 + (7 + (b->tp ? 2 : 0)) * b->m->hp.n_layer; /* + embedding, LM head */
 }
 
 uint64_t mu_cuda_weight_bytes(const mu_backend *base) {
@@ -1038,7 +1014,7 @@ static void cuda_free(mu_backend *base) {
         }
     void *dev[] = {b->wmem, b->f16mem, b->output_norm, b->d_rec, b->h, b->ax, b->q, b->k, b->v, b->g, b->qn, b->o,
                    b->t, b->ff, b->fu, b->aq, b->oq, b->fq, b->ads, b->ods, b->fds, b->a16, b->o16, b->f16b,
-                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->head_count, b->wtmp, b->ax2, b->aq2, b->ads2};
+                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->wtmp, b->ax2, b->aq2, b->ads2};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -1341,12 +1317,10 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     DA(d_best, 1, 8);
     DA(counters, 2 * hp->n_layer, 4);
     DA(group_count, b->F / 16, 4);
-    DA(head_count, hp->n_head + hp->n_head_kv, 4);
 #undef DA
     b->logit_rows = 0;
     if (!rc) cudaMemsetAsync(b->counters, 0, sizeof(unsigned) * 2 * hp->n_layer, b->stream);
     if (!rc) cudaMemsetAsync(b->group_count, 0, sizeof(unsigned) * (size_t)(b->F / 16), b->stream);
-    if (!rc) cudaMemsetAsync(b->head_count, 0, sizeof(unsigned) * (size_t)(hp->n_head + hp->n_head_kv), b->stream);
     if (!rc && (cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
                 cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess))
         rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
