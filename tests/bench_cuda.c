@@ -91,7 +91,6 @@ int main(int argc, char **argv) {
      * lab flags (parts of the matvec left out: timing only, wrong logits);
      * the default first and last */
     static const int var[][5] = {{0, 1, 1, 0, 0},
-                                 {0, 1, 1, 0, MU_CU_LAB_NO_PIPE},
                                  {0, 1, 1, 1, 0},
                                  {0, 0, 1, 0, 0},
                                  {0, 0, 0, 0, 0},
@@ -99,8 +98,7 @@ int main(int argc, char **argv) {
                                  {0, 1, 1, 0, MU_CU_LAB_NO_TAIL},
                                  {0, 1, 1, 0, MU_CU_LAB_NO_STAGE},
                                  {0, 1, 1, 0, 0}};
-    const char *lab_names[16] = {"-", "no int8 groups", "no tail", "", "no staging"};
-    lab_names[MU_CU_LAB_NO_PIPE] = "Q4_K ring off (variant)";
+    static const char *lab_names[8] = {"-", "no int8 groups", "no tail", "", "no staging"};
     printf("\nA/B at depth %lld (median of %d tokens each; rows that leave a part out time the kernels without it, their "
            "logits are wrong):\n"
            "| matvec blocks/SM | PDL | graph | L2 prefetch before wait | left out / variant | tok/s | ms/token | weight GB/s |\n"
@@ -116,7 +114,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("| %s | %s | %s | %s | %s | %.1f | %.3f | %.0f |\n", var[vi][0] ? "1" : "all", var[vi][1] ? "on" : "off",
-               var[vi][2] ? "on" : "off", var[vi][3] ? "on" : "off", lab_names[var[vi][4] & 15], 1e3 / ms, ms,
+               var[vi][2] ? "on" : "off", var[vi][3] ? "on" : "off", lab_names[var[vi][4] & 7], 1e3 / ms, ms,
                gb / (ms * 1e-3));
         fflush(stdout);
     }

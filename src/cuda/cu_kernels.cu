@@ -447,12 +447,12 @@ extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int
  *     (the decoders of cu_device.cuh). */
 
 /* warps per block: one block of 32 warps per SM in the fast lane (64
- * registers each); the exact lane, 16 warps with up to 128 registers */
+ * registers each; measured faster than two of 16: the input is staged once
+ * per SM); the exact lane, 16 warps with up to 128 registers */
 template <int LANE>
 __host__ __device__ constexpr int mv_warps() {
     return LANE == MU_CU_LANE_FAST ? 32 : 16;
 }
-#define MV_RING_STAGES 2
 #define MV_NB 4 /* unit formats: 16-byte units per lane per batch */
 
 /* Shared-memory layout of the staged fast-lane input for the K-quants, per
@@ -522,25 +522,10 @@ __device__ __forceinline__ void kq_act_load(const uint8_t *sm, int nb, int b, in
     }
 }
 
-/* Asynchronous 16-byte copies global -> shared (L2 only), per thread. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 /* K-quant family. TYPE 0: the type of each segment, switched per batch
- * (launches mixing K-quants, and the exact lane). PIPE (Q4_K): a batch's
- * loads go through a per-warp ring of two stages in shared memory
- * (cp.async, no registers held), so the next batch streams while this one
- * is computed; slot j of a stage holds the warp's 16-byte loads j
- * (qs 0-3, meta 4), lane-major (conflict-free). */
-template <uint32_t TYPE, bool PIPE_ = false>
+ * (launches mixing K-quants, and the exact lane). */
+template <uint32_t TYPE>
 struct PolKQ {
-    static constexpr bool PIPE = PIPE_;
-    static constexpr int RING_STAGE = PIPE_ ? 5 * 512 : 0; /* bytes per warp and stage */
-    static constexpr int RING_WARP = MV_RING_STAGES * RING_STAGE;
     static constexpr int PER_BATCH = 16; /* blocks */
     struct Regs {
         KqLane<uint4> L;
@@ -568,37 +553,6 @@ struct PolKQ {
         case MU_TYPE_Q4_K: load_t<MU_TYPE_Q4_K>(R, w, row); break;
         case MU_TYPE_Q5_K: load_t<MU_TYPE_Q5_K>(R, w, row); break;
         default: load_t<MU_TYPE_Q6_K>(R, w, row); break;
-        }
-    }
-    /* the batch's loads: into registers, or (PIPE) into ring stage stg */
-    __device__ static void issue(Regs &R, uint8_t *stg, const mu_cu_weight &w, int64_t row, int i0, int i1) {
-        if constexpr (!PIPE_) {
-            load(R, w, row, i0, i1);
-        } else {
-            static_assert(TYPE == MU_TYPE_Q4_K, "the load ring holds Q4_K lane-blocks");
-            const int lane = threadIdx.x & 31, c0 = lane & 1, b = i0 + (lane >> 1);
-            if (b < i1) {
-                const int64_t rb = row * (w.cols >> 8);
-                const uint8_t *qs = w.qs + rb * 128;
-#pragma unroll
-                for (int i = 0; i < 4; i++) cp_async16(stg + i * 512 + lane * 16, qs + kq_qs_off(b, c0, i));
-                cp_async16(stg + 4 * 512 + lane * 16, w.meta + (rb + b) * 16);
-            }
-            cp_commit();
-        }
-    }
-    /* PIPE: waits for the batch in stage stg and moves the lane's part to registers */
-    __device__ static void fetch(Regs &R, const uint8_t *stg, int i0, int i1) {
-        if constexpr (PIPE_) {
-            const int lane = threadIdx.x & 31;
-            cp_wait_all();
-            R.b = i0 + (lane >> 1);
-            R.on = R.b < i1;
-            if (R.on) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) R.L.q[i] = *reinterpret_cast<const uint4 *>(stg + i * 512 + lane * 16);
-                R.L.m = *reinterpret_cast<const uint4 *>(stg + 4 * 512 + lane * 16);
-            }
         }
     }
     template <uint32_t T>
@@ -636,8 +590,6 @@ struct PolKQ {
 /* Unit formats: lane l takes units i0 + 32k + l (k < MV_NB) of the row. */
 template <class TT>
 struct PolUnit {
-    static constexpr bool PIPE = false;
-    static constexpr int RING_STAGE = 0, RING_WARP = 0;
     static constexpr int PER_BATCH = 32 * MV_NB; /* units */
     struct Regs {
         uint4 v[MV_NB];
@@ -657,10 +609,6 @@ struct PolUnit {
         for (int i = threadIdx.x; i < ne / 32; i += blockDim.x)
             reinterpret_cast<float4 *>(sds)[i] = __ldcg(reinterpret_cast<const float4 *>(a.act.ds) + i);
     }
-    __device__ static void issue(Regs &R, uint8_t *, const mu_cu_weight &w, int64_t row, int i0, int i1) {
-        load(R, w, row, i0, i1);
-    }
-    __device__ static void fetch(Regs &, const uint8_t *, int, int) {}
     __device__ static void load(Regs &R, const mu_cu_weight &w, int64_t row, int i0, int i1) {
         const int lane = threadIdx.x & 31;
         const uint8_t *p = w.qs + row * (int64_t)w.units * 16;
@@ -744,8 +692,7 @@ template <class P, int LANE, int EPI>
 __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
     constexpr int NW = mv_warps<LANE>();
     pdl_trigger();
-    /* dynamic shared memory: the staged input (fast lane), then the load ring (pipelined policies) */
-    extern __shared__ __align__(16) uint8_t mv_smem[];
+    extern __shared__ __align__(16) uint8_t mv_smem[]; /* the staged input (fast lane) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * NW, gw = (int64_t)blockIdx.x * NW + warp;
     const int n_items = P::items(a.seg[0].w); /* every segment reads the same input */
@@ -774,9 +721,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
     bool have = locate(0, cs, cr, cp);
     int ci0 = cp * plen, cend = ci0 + plen;
     typename P::Regs R;
-    uint8_t *ring = mv_smem + a.ring_off + (size_t)warp * P::RING_WARP;
-    int st = 0; /* ring stage of the batch being computed */
-    if (have) P::issue(R, ring, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+    if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
     if (a.prefetch >= 1 && lane == 0) {
         /* the next two row-dots into L2 while the previous kernel drains */
         for (int64_t k = 1; k <= 2; k++) {
@@ -796,29 +741,11 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
     unsigned long long best = 0ull;
     while (have) {
         const int ci1 = min(ci0 + P::PER_BATCH, cend);
-        P::fetch(R, ring + st * P::RING_STAGE, ci0, ci1);
-        /* the next batch: the rest of this row-dot, else the next one (a
-         * ring streams it while this batch is computed; without a ring it
-         * is found after the arithmetic, to keep its registers free) */
-        int ns = cs, np = cp, ni0 = ci1, nend = cend;
-        int64_t nr = cr, nk = ck;
-        bool nh = true;
-        auto find_next = [&]() {
-            if (ci1 < cend) return;
-            nk = ck + 1;
-            nh = locate(nk, ns, nr, np);
-            ni0 = np * plen;
-            nend = ni0 + plen;
-        };
-        if constexpr (P::PIPE) {
-            find_next();
-            if (nh) P::issue(R, ring + (st ^ 1) * P::RING_STAGE, a.seg[ns].w, nr, ni0, min(ni0 + P::PER_BATCH, nend));
-        }
         acc += LANE == MU_CU_LANE_FAST ? P::dot_fast(R, a.seg[cs].w, cr, a.act, mv_smem)
                                        : P::dot_exact(R, a.seg[cs].w, cr, a.act);
-        if (ci1 < cend) {
-            if (!P::PIPE) P::issue(R, nullptr, a.seg[cs].w, cr, ci1, min(ci1 + P::PER_BATCH, cend));
-            ci0 = ci1, st ^= 1;
+        if (ci1 < cend) { /* the rest of this row-dot */
+            ci0 = ci1;
+            P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
             continue;
         }
         /* the row-dot is complete */
@@ -875,9 +802,11 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         } else {
             if (lane == 0) a.seg[cs].y[cr + (int64_t)cp * a.seg[cs].w.rows] = y;
         }
-        if constexpr (!P::PIPE) find_next();
-        cs = ns, cr = nr, cp = np, ck = nk, ci0 = ni0, cend = nend, have = nh, st ^= 1;
-        if (!P::PIPE && have) P::issue(R, nullptr, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+        ck++;
+        have = locate(ck, cs, cr, cp);
+        ci0 = cp * plen;
+        cend = ci0 + plen;
+        if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
     }
 
     if constexpr (EPI == MU_CU_EPI_LOGITS) {
@@ -903,12 +832,8 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         __syncthreads();
         if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
             fence_acq_rel();
-            if constexpr (P::PIPE) {
-                resnorm_block<NW>(a.rn, 0, reinterpret_cast<float *>(mv_smem + a.ring_off)); /* the idle ring */
-            } else {
-                __shared__ __align__(16) float tail_sv[TAIL_MAXN];
-                resnorm_block<NW>(a.rn, 0, tail_sv);
-            }
+            __shared__ __align__(16) float tail_sv[TAIL_MAXN];
+            resnorm_block<NW>(a.rn, 0, tail_sv);
         }
         if (is_last && threadIdx.x == 0) *a.counter = 0u;
     }
@@ -968,9 +893,7 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
         if (e != cudaSuccess) return e;
         fit_smem[dev] = (size_t)-1;
     }
-    mu_cu_mv a = *in;
-    a.ring_off = (int64_t)((stage + 15) & ~(size_t)15);
-    const size_t smem = (size_t)a.ring_off + (size_t)NW * P::RING_WARP;
+    const size_t smem = stage;
     if (smem != fit_smem[dev]) {
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mv_kernel<P, LANE, EPI>, NW * 32, smem);
         if (e != cudaSuccess) return e;
@@ -986,7 +909,7 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
     int64_t blocks = (warps + NW - 1) / NW;
     if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
     if (blocks < 1) blocks = 1;
-    return launch(mv_kernel<P, LANE, EPI>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, a);
+    return launch(mv_kernel<P, LANE, EPI>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
 }
 
 template <class P, int LANE>
@@ -1044,9 +967,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
             return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE>(&a, jobs, smem, s);
         }
         switch (type) {
-        case MU_TYPE_Q4_K:
-            if (a.lab & MU_CU_LAB_NO_PIPE) return launch_epi<PolKQ<MU_TYPE_Q4_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
-            return launch_epi<PolKQ<MU_TYPE_Q4_K, true>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        case MU_TYPE_Q4_K: return launch_epi<PolKQ<MU_TYPE_Q4_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
         case MU_TYPE_Q5_K: return launch_epi<PolKQ<MU_TYPE_Q5_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
         default: return launch_epi<PolKQ<MU_TYPE_Q6_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
         }

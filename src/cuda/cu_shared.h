@@ -170,7 +170,6 @@ typedef struct mu_cu_mv {
     int64_t rows_total;    /* set by mu_cu_matvec                          */
     int prefetch;          /* set by mu_cu_matvec: prefetch before the wait (see below) */
     unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
-    int64_t ring_off;      /* set at launch: offset of the load ring in dynamic shared memory */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
     /* GATEUP */
@@ -230,11 +229,9 @@ void mu_cu_set_matvec_grid_cap(int blocks);
  * batch into registers; 1 also each warp's next row-dots into L2 (bulk
  * prefetch), while the previous kernel drains. */
 void mu_cu_set_matvec_prefetch(int level);
-/* Experiments of the A/B lab. NO_GROUP_QUANT, NO_TAIL, NO_STAGE: leave out
- * a part of the matvec kernels to time what it costs (the results are then
- * wrong); NO_PIPE: Q4_K matvecs load into registers instead of through the
- * shared-memory pipeline (results unchanged). */
-enum { MU_CU_LAB_NO_GROUP_QUANT = 1, MU_CU_LAB_NO_TAIL = 2, MU_CU_LAB_NO_STAGE = 4, MU_CU_LAB_NO_PIPE = 8 };
+/* Experiments of the A/B lab: leave out a part of the matvec kernels to
+ * time what it costs (the results are then wrong). */
+enum { MU_CU_LAB_NO_GROUP_QUANT = 1, MU_CU_LAB_NO_TAIL = 2, MU_CU_LAB_NO_STAGE = 4 };
 void mu_cu_set_matvec_lab(unsigned flags);
 unsigned mu_cu_get_matvec_lab(void);
 
