@@ -125,12 +125,34 @@ int muser_session_truncate(muser_session *s, int pos);
  * with last-position logits. *reused (may be NULL) receives the number of
  * tokens kept. Prompt caching for chat and the server. */
 int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused);
+/* Prompt caching in steps, for a caller that interleaves a long prefill
+ * with other work (the server): muser_session_sync_begin rewinds the
+ * session to the longest prefix of tokens[0..n) it can keep, exactly as
+ * muser_session_sync does, and stores that count in *kept. When *kept == n
+ * the last prompt token's logits are already there; otherwise the caller
+ * feeds tokens[*kept..n) with muser_session_feed, in chunks of its
+ * choosing, and then calls muser_session_sync_end (which takes the ring
+ * checkpoint that muser_session_sync would take). */
+int muser_session_sync_begin(muser_session *s, const muser_token *tokens, int n, int *kept);
+void muser_session_sync_end(muser_session *s);
 /* Ring checkpoints: sliding-window rings forget old positions, so rewinding
  * to an earlier prompt would need a full re-prefill. With max > 0 the
  * session keeps up to max checkpoints (a copy of the rings taken after each
  * muser_session_sync prompt, most recent first) and sync restores the
  * newest one that the new prompt extends. Default 0 (off). */
 void muser_session_set_checkpoints(muser_session *s, int max);
+
+/* Decodes one token for each of n distinct sessions of one model, as one
+ * step of n concurrent timelines: tokens[i] is fed to sessions[i] at its
+ * own position, and muser_session_logits(sessions[i]) becomes that
+ * token's logits. Backends that can (the CPU) run the n tokens through the
+ * weights as one n-row matmul, so a step costs about one pass over the
+ * weights instead of n; the result equals n separate one-token feeds.
+ * Fails before changing anything (MUSER_EINVAL, MUSER_ERANGE,
+ * MUSER_ECONTEXT) when a session is repeated, on another model, full, or
+ * given an id outside the vocabulary; if the backend fails midway, every
+ * session is put back at its position (its logits are then gone). */
+int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens, int n);
 
 /* The tokens the session holds (muser_session_pos of them). */
 const muser_token *muser_session_tokens(const muser_session *s);

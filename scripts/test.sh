@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
 
+echo "== npm packages for the server tests (tests/server/package-lock.json)"
+(cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
+
 echo "== build (Release, -Werror) and test"
 scripts/build.sh
 (cd build && ctest --output-on-failure -j"$jobs" -LE cuda)

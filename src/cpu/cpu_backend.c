@@ -136,27 +136,51 @@ static void tok_post_ffn(cpu_backend *b, int layer, int t) {
 
 /* ---- the forward pass ------------------------------------------------------ */
 
+/* The embedding rows of the tokens into x, normed where the model says so. */
+static void embed(cpu_backend *b, const muser_token *tokens, int T) {
+    const mu_model *m = b->m;
+    const int64_t E = m->hp.n_embd;
+    PROF_BEGIN(b);
+    for (int t = 0; t < T; t++)
+        mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
+                       b->x + t * E, E);
+    PROF_END(b, MU_PROF_EMBED, 1, (uint64_t)T * m->tok_embd.row_bytes);
+    for_tokens(b, 0, T, tok_embed);
+}
+
+/* Layer l up to attention: the norm and the {q, k, v, gate} set. */
+static void layer_qkvg(cpu_backend *b, int l, int T) {
+    const mu_layer *L = &b->m->layers[l];
+    for_tokens(b, l, T, tok_attn_norm);
+    mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
+    mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, T, -1);
+}
+
+/* Layer l after attention: gate, Wo, post-norm and residual, the FFN. */
+static void layer_after_attention(cpu_backend *b, int l, int T) {
+    const mu_layer *L = &b->m->layers[l];
+    if (L->wgate.data) for_tokens(b, l, T, tok_gate);
+    mm_job wo = {&L->wo, b->t};
+    mu_cpu_matmul_set(b, &wo, 1, b->o, T, -1);
+    for_tokens(b, l, T, tok_post_attn);
+    mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
+    mu_cpu_matmul_set(b, gu, 2, b->a, T, -1);
+    for_tokens(b, l, T, tok_swiglu);
+    mm_job down = {&L->ffn_down, b->t};
+    mu_cpu_matmul_set(b, &down, 1, b->ff_g, T, -1);
+    for_tokens(b, l, T, tok_post_ffn);
+}
+
 static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     cpu_backend *b = (cpu_backend *)base;
     const mu_model *m = b->m;
     const mu_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
 
-    {
-        PROF_BEGIN(b);
-        for (int t = 0; t < T; t++)
-            mu_dequant_row(m->tok_embd.type,
-                           (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
-                           b->x + t * E, E);
-        PROF_END(b, MU_PROF_EMBED, 1, (uint64_t)T * m->tok_embd.row_bytes);
-    }
-    for_tokens(b, 0, T, tok_embed);
-
+    embed(b, tokens, T);
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
-        for_tokens(b, l, T, tok_attn_norm);
-        mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
-        mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, T, -1);
+        layer_qkvg(b, l, T);
 
         /* Slots are reserved in order on this thread; the stores run in parallel. */
         for (int t = 0; t < T; t++) {
@@ -176,17 +200,7 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
             PROF_END(b, MU_PROF_ATTN, 1, kv_bytes);
         }
 
-        if (L->wgate.data) for_tokens(b, l, T, tok_gate);
-        mm_job wo = {&L->wo, b->t};
-        mu_cpu_matmul_set(b, &wo, 1, b->o, T, -1);
-        for_tokens(b, l, T, tok_post_attn);
-
-        mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
-        mu_cpu_matmul_set(b, gu, 2, b->a, T, -1);
-        for_tokens(b, l, T, tok_swiglu);
-        mm_job down = {&L->ffn_down, b->t};
-        mu_cpu_matmul_set(b, &down, 1, b->ff_g, T, -1);
-        for_tokens(b, l, T, tok_post_ffn);
+        layer_after_attention(b, l, T);
     }
 
     /* Final norm and LM head for the rows that want logits. */
@@ -203,6 +217,72 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
         for (int t = 0; t < rows; t++) b->k->softcap(logits + (int64_t)t * hp->n_vocab, hp->n_vocab, hp->logit_scale, hp->softcap);
         PROF_END(b, MU_PROF_ELEMWISE, 1, 0);
     }
+    return 0;
+}
+
+/* ---- batched decode ---------------------------------------------------------
+ * One token for each of n sequences: the weights are read once for all n
+ * rows (every matmul set runs with T = n on the leader's activations and
+ * threads), while each row's RoPE, KV append and attention use its own
+ * position and KV planes. Those per-row steps run on a view of the leader:
+ * the leader's threads, scratch and activation rows, the row's planes. */
+
+/* The leader seen as a one-token chunk of row r over row_kv's planes. */
+static cpu_backend row_view(const cpu_backend *lead, const cpu_backend *row_kv, int r) {
+    const mu_hparams *hp = &lead->m->hp;
+    const int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = lead->kv_dim;
+    cpu_backend v = *lead;
+    v.planes = row_kv->planes;
+    v.kcache = row_kv->kcache;
+    v.vcache = row_kv->vcache;
+    v.q = lead->q + r * Q;
+    v.o = lead->o + r * Q;
+    v.k_cur = lead->k_cur + r * KV;
+    v.v_cur = lead->v_cur + r * KV;
+    v.rope_cs = lead->rope_cs + (int64_t)r * hp->n_rot;
+    v.slots = lead->slots + r;
+    return v;
+}
+
+static int cpu_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                             float *const *logits) {
+    cpu_backend *b = (cpu_backend *)rows[0];
+    const mu_model *m = b->m;
+    const mu_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    if (n > b->cfg.n_batch) return mu_fail(MUSER_EINVAL, "batch of %d rows exceeds the leader's %d", n, b->cfg.n_batch);
+    for (int r = 1; r < n; r++) {
+        const cpu_backend *row = (const cpu_backend *)rows[r];
+        if (row->m != m || row->cfg.kv_type != b->cfg.kv_type || row->cfg.lane != b->cfg.lane)
+            return mu_fail(MUSER_EUNSUPPORTED, "batched rows need one model, KV type and lane");
+    }
+    embed(b, tokens, n);
+    for (int l = 0; l < hp->n_layer; l++) {
+        layer_qkvg(b, l, n);
+        for (int r = 0; r < n; r++) {
+            cpu_backend *row = (cpu_backend *)rows[r];
+            cpu_backend v = row_view(b, row, r);
+            v.slots[0] = mu_kv_append(&row->planes[l]);
+            if (v.slots[0] < 0) return mu_fail(MUSER_ECONTEXT, "layer %d: KV plane of row %d is full", l, r);
+            v.slots_pos0 = pos[r];
+            tok_qk_store(&v, l, 0);
+            int rc = mu_cpu_attention(&v, l, 1, pos[r], v.q, v.o);
+            if (rc) return rc;
+        }
+        layer_after_attention(b, l, n);
+    }
+    for (int r = 0; r < n; r++) mu_rmsnorm(b->x + r * E, m->output_norm, b->a + r * E, E, hp->rms_eps);
+    /* The head reads the output matrix once for all rows, into [n][n_vocab]. */
+    if (n > b->batch_logits_rows) {
+        float *l = realloc(b->batch_logits, sizeof(float) * (size_t)n * (size_t)hp->n_vocab);
+        if (!l) return mu_fail(MUSER_ENOMEM, "out of memory for batched logits");
+        b->batch_logits = l;
+        b->batch_logits_rows = n;
+    }
+    mm_job head = {&m->output, b->batch_logits};
+    mu_cpu_matmul_set(b, &head, 1, b->a, n, MU_PROF_LM_HEAD);
+    for (int r = 0; r < n; r++) memcpy(logits[r], b->batch_logits + (int64_t)r * hp->n_vocab, sizeof(float) * hp->n_vocab);
+    for (int r = 0; r < n; r++) b->k->softcap(logits[r], hp->n_vocab, hp->logit_scale, hp->softcap);
     return 0;
 }
 
@@ -242,6 +322,7 @@ static void cpu_free(mu_backend *base) {
     free(b->vcache);
     free(b->planes);
     free(b->arena);
+    free(b->batch_logits);
     mu_pool_free(b->pool);
     free(b);
 }
@@ -304,6 +385,7 @@ static const mu_backend_ops cpu_ops = {.name = "cpu",
                                        .free = cpu_free,
                                        .checkpoint_save = mu_cpu_checkpoint_save,
                                        .checkpoint_restore = mu_cpu_checkpoint_restore,
+                                       .forward_batch = cpu_forward_batch,
                                        .fill_kv = cpu_fill_kv,
                                        .profile = cpu_profile};
 

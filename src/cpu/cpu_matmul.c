@@ -11,7 +11,9 @@
  * holds at most one claim the others cannot take over.
  *
  * Decode (T = 1) runs the matvec kernels; prefill runs the matmul kernels,
- * which reuse each weight block across the tokens of the chunk.
+ * which reuse each weight block across the tokens of the chunk. A few
+ * tokens (T <= SMALL_T: a batched decode step) run the matvec kernels per
+ * token over cache-sized row tiles.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -41,6 +43,27 @@ static bool fast_job(const cpu_backend *b, const mu_weight *w) {
     return b->cfg.lane == MUSER_LANE_FAST && mu_cpu_fast_type(w->type) && b->k->matvec_q8[w->type];
 }
 
+/* A few tokens (a batched decode step of several sessions, a short
+ * chunk): the matvec kernel once per token over tiles of ROW_ALIGN rows,
+ * so each tile is read from memory once and from cache for the other
+ * tokens. Each token's numbers are those of its own T = 1 matvec. */
+#define SMALL_T 8
+
+static void run_rows_small_t(cpu_backend *b, const mm_job *job, const float *x, int T, int64_t r0, int64_t r1) {
+    const mu_weight *w = job->w;
+    const int64_t cols = w->cols;
+    const bool fast = fast_job(b, w);
+    for (int64_t c0 = r0; c0 < r1; c0 += ROW_ALIGN) {
+        const int64_t nr = r1 - c0 < ROW_ALIGN ? r1 - c0 : ROW_ALIGN;
+        const uint8_t *rows = (const uint8_t *)w->data + (uint64_t)c0 * w->row_bytes;
+        for (int t = 0; t < T; t++) {
+            float *y = job->y + (int64_t)t * w->rows + c0;
+            if (fast) b->k->matvec_q8[w->type](rows, w->row_bytes, nr, quantized_input(b, t, cols), cols, y);
+            else b->k->matvec_f32[w->type](rows, w->row_bytes, nr, x + (int64_t)t * cols, cols, y);
+        }
+    }
+}
+
 /* Rows [r0, r1) of one job, for all T tokens. */
 static void run_rows(cpu_backend *b, const mm_job *job, const float *x, int T, int64_t r0, int64_t r1) {
     const mu_weight *w = job->w;
@@ -48,6 +71,10 @@ static void run_rows(cpu_backend *b, const mm_job *job, const float *x, int T, i
     const mu_cpu_kernels *k = b->k;
     const uint8_t *rows = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
     float *y = job->y + r0;
+    if (T > 1 && T <= SMALL_T) {
+        run_rows_small_t(b, job, x, T, r0, r1);
+        return;
+    }
     if (fast_job(b, w)) {
         const void *xq = quantized_input(b, 0, cols);
         if (T == 1) k->matvec_q8[w->type](rows, w->row_bytes, r1 - r0, xq, cols, y);
@@ -127,7 +154,7 @@ void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const flo
     /* Units of ~32 KiB of weights in decode; bigger in prefill, where a
      * unit is also a tile the kernel reuses across T tokens. */
     uint64_t unit_bytes = 32u << 10;
-    if (T > 1) unit_bytes = (uint64_t)(T < 32 ? T : 32) * (32u << 10);
+    if (T > SMALL_T) unit_bytes = (uint64_t)(T < 32 ? T : 32) * (32u << 10);
     uint64_t bytes = 0;
     for (int j = 0; j < n_jobs; j++) {
         const mu_weight *w = jobs[j].w;

@@ -66,6 +66,15 @@ typedef struct mu_backend_ops {
      * planes still hold that prefix. */
     int (*checkpoint_save)(mu_backend *b, void **blob, size_t *size);
     int (*checkpoint_restore)(mu_backend *b, const void *blob, size_t size, int pos);
+    /* Batched decode (optional; NULL: the engine feeds rows one by one):
+     * one token for each of n sequences through the weights once, as an
+     * n-row matmul. Row i has its own KV state (rows[i], a backend with
+     * these ops on the same model) and position pos[i], used for its RoPE,
+     * KV append and attention; logits[i] receives its [n_vocab]. Runs on
+     * rows[0]'s threads and activations; n <= rows[0]'s n_batch. On
+     * failure rows may hold an extra KV row: the caller truncates. */
+    int (*forward_batch)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                         float *const *logits);
 } mu_backend_ops;
 
 /* Optional: decodes one token at pos and chooses the next one where the

@@ -401,15 +401,15 @@ static void save_checkpoint(muser_session *s) {
     s->n_ckpt++;
 }
 
-int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused) {
-    if (reused) *reused = 0;
+int muser_session_sync_begin(muser_session *s, const muser_token *tokens, int n, int *kept) {
+    *kept = 0;
     if (n <= 0) return mu_fail(MUSER_EINVAL, "empty prompt");
     if (n > s->cfg.n_ctx)
         return mu_fail(MUSER_ECONTEXT, "the prompt has %d tokens but the context holds %d", n, s->cfg.n_ctx);
     int common = 0;
     while (common < s->pos && common < n && s->history[common] == tokens[common]) common++;
     if (common == n && s->pos == n && s->logit_rows > 0) { /* already there, logits included */
-        if (reused) *reused = n;
+        *kept = n;
         return 0;
     }
     /* Logits are needed for the last prompt token: re-feed it if it is held. */
@@ -417,19 +417,25 @@ int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *
     if (keep < s->pos && muser_session_truncate(s, keep) != 0) {
         /* A ring cannot rewind that far: the newest usable checkpoint, else start over. */
         int at = restore_checkpoint(s, tokens, n);
-        if (at == n) {
-            if (reused) *reused = n;
-            return 0;
-        }
         if (at < 0) {
             muser_session_reset(s);
             at = 0;
         }
         keep = at;
     }
+    *kept = keep;
+    return 0;
+}
+
+void muser_session_sync_end(muser_session *s) { save_checkpoint(s); }
+
+int muser_session_sync(muser_session *s, const muser_token *tokens, int n, int *reused) {
+    int keep = 0;
+    int rc = muser_session_sync_begin(s, tokens, n, &keep);
     if (reused) *reused = keep;
-    int rc = muser_session_feed(s, tokens + keep, n - keep, false);
-    if (rc == 0) save_checkpoint(s);
+    if (rc || keep == n) return rc;
+    rc = muser_session_feed(s, tokens + keep, n - keep, false);
+    if (rc == 0) muser_session_sync_end(s);
     return rc;
 }
 
@@ -445,4 +451,89 @@ const char *muser_model_meta_str(const muser_model *model, const char *key, size
     if (gguf_get_str(model->file, key, &v) != 1) return NULL;
     if (len) *len = (size_t)v.len;
     return v.ptr;
+}
+
+/* The batch as n one-token feeds; on failure the fed ones step back. */
+static int decode_one_by_one(muser_session *const *sessions, const muser_token *tokens, int n) {
+    for (int i = 0; i < n; i++) {
+        int rc = muser_session_feed(sessions[i], &tokens[i], 1, false);
+        if (rc) {
+            for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens, int n) {
+    if (n <= 0 || !sessions || !tokens) return mu_fail(MUSER_EINVAL, "batch decode: nothing to decode");
+    for (int i = 0; i < n; i++) {
+        const muser_session *s = sessions[i];
+        if (!s) return mu_fail(MUSER_EINVAL, "batch decode: session %d is NULL", i);
+        if (s->model != sessions[0]->model)
+            return mu_fail(MUSER_EINVAL, "batch decode: session %d runs another model", i);
+        for (int j = 0; j < i; j++)
+            if (sessions[j] == s) return mu_fail(MUSER_EINVAL, "batch decode: session %d repeats session %d", i, j);
+        if (tokens[i] < 0 || tokens[i] >= s->model->hp.n_vocab)
+            return mu_fail(MUSER_ERANGE, "batch decode: token id %d for session %d is outside the vocabulary [0, %d)",
+                           tokens[i], i, s->model->hp.n_vocab);
+        if (s->pos >= s->cfg.n_ctx)
+            return mu_fail(MUSER_ECONTEXT, "batch decode: session %d is full (%d tokens)", i, s->pos);
+    }
+    const mu_backend_ops *ops = sessions[0]->backend->ops;
+    bool batched = ops->forward_batch != NULL && n > 1;
+    for (int i = 0; i < n && batched; i++) batched = sessions[i]->backend->ops == ops;
+    if (!batched) return decode_one_by_one(sessions, tokens, n);
+    const size_t V = (size_t)sessions[0]->model->hp.n_vocab;
+    for (int i = 0; i < n; i++) {
+        muser_session *s = sessions[i];
+        if (s->logit_cap < 1) {
+            float *l = malloc(V * sizeof(float));
+            if (!l) return mu_fail(MUSER_ENOMEM, "out of memory for logits");
+            free(s->logits);
+            s->logits = l;
+            s->logit_cap = 1;
+        }
+    }
+    /* Per-row arguments, in chunks the leader's activations can hold. */
+    mu_backend **rows = malloc(sizeof(mu_backend *) * (size_t)n);
+    int *pos = malloc(sizeof(int) * (size_t)n);
+    float **dst = malloc(sizeof(float *) * (size_t)n);
+    if (!rows || !pos || !dst) {
+        free(rows), free(pos), free(dst);
+        return mu_fail(MUSER_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        rows[i] = sessions[i]->backend;
+        pos[i] = sessions[i]->pos;
+        dst[i] = sessions[i]->logits;
+    }
+    int rc = 0;
+    for (int done = 0; done < n && !rc;) {
+        const int cap = sessions[done]->cfg.n_batch;
+        const int chunk = n - done < cap ? n - done : cap;
+        rc = ops->forward_batch(rows + done, tokens + done, pos + done, chunk, dst + done);
+        if (rc == MUSER_EUNSUPPORTED && done == 0) { /* rows the backend cannot mix: nothing changed yet */
+            free(rows), free(pos), free(dst);
+            return decode_one_by_one(sessions, tokens, n);
+        }
+        if (rc) {
+            /* Every row goes back to where it was; KV rows of a half-done step are cut. */
+            for (int i = 0; i < n; i++) {
+                muser_session *s = sessions[i];
+                s->pos = pos[i];
+                if (s->backend->ops->truncate(s->backend, s->pos) != 0) s->backend->ops->reset(s->backend), s->pos = 0;
+                s->logit_rows = 0;
+            }
+            break;
+        }
+        for (int i = done; i < done + chunk; i++) {
+            muser_session *s = sessions[i];
+            s->history[s->pos++] = tokens[i];
+            s->logit_rows = 1;
+        }
+        done += chunk;
+    }
+    free(rows), free(pos), free(dst);
+    return rc;
 }

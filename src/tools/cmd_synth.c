@@ -239,7 +239,7 @@ static void progress(uint64_t done, uint64_t total, double t0, bool force) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: muser synth --preset nano|micro|30b [--layers N] [--mix f32|f16|q8_0|q4_k_m|q6_k|meta-17gb]\n"
+    fprintf(out, "usage: muser synth --preset nano|micro|30b [--layers N] [--ctx N] [--mix f32|f16|q8_0|q4_k_m|q6_k|meta-17gb]\n"
                  "                   [--seed S] [--vocab VOCAB.gguf] [-t THREADS] -o FILE\n"
                  "Writes a synthetic Muse Glimmer model (random, well-scaled weights; a valid BPE vocabulary,\n"
                  "or the tokenizer of VOCAB.gguf). Other mixes: bf16, q4_0, q4_k, q5_k, q5_k_m.\n");
@@ -247,7 +247,7 @@ static void usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
     const char *preset_name = NULL, *mix_name = "f32", *out_path = NULL, *vocab_path = NULL;
-    int layers = 0, threads = 0;
+    int layers = 0, threads = 0, ctx = 0;
     uint64_t seed = 1;
     mu_args a = {argc, 1, argv, "synth"};
     for (; a.i < argc; a.i++) {
@@ -264,6 +264,8 @@ int cmd_synth(int argc, char **argv) {
             if (!mu_arg_str(&a, &vocab_path)) return 2;
         } else if (mu_arg_is(&a, NULL, "--layers")) {
             if (!mu_arg_int(&a, 1, 4096, &layers)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--ctx")) { /* trained context: room for long tool prompts in tests */
+            if (!mu_arg_int(&a, 16, 1 << 20, &ctx)) return 2;
         } else if (mu_arg_is(&a, NULL, "--seed")) {
             if (!mu_arg_u64(&a, &seed)) return 2;
         } else if (mu_arg_is(&a, "-t", "--threads")) {
@@ -291,6 +293,7 @@ int cmd_synth(int argc, char **argv) {
     }
     preset p = *pr;
     if (layers) p.n_layer = layers;
+    if (ctx) p.ctx = ctx;
     const bool big = !strcmp(p.name, "30b");
 
     /* Vocabulary: synthetic, or copied from a GGUF. */
@@ -396,7 +399,10 @@ int cmd_synth(int argc, char **argv) {
     const uint64_t total = gguf_writer_total_bytes(w);
     const uint64_t chunk_bytes = 64ull << 20;
     buf = malloc(chunk_bytes + (1 << 20));
-    scratch = malloc(sizeof(float) * (size_t)mu_pool_size(pool) * (size_t)(E > p.n_ff ? (E > Q ? E : Q) : p.n_ff));
+    /* a row of any tensor: the widest of n_embd, n_head * head_dim (Wo) and n_ff */
+    int64_t widest = E > Q ? E : Q;
+    if (p.n_ff > widest) widest = p.n_ff;
+    scratch = malloc(sizeof(float) * (size_t)mu_pool_size(pool) * (size_t)widest);
     const double t0 = mu_now_seconds();
     uint64_t done = 0;
     for (int i = 0; i < n_plan; i++) {

@@ -1,0 +1,547 @@
+/* sched.c — the job queue, the slots, and the inference worker (sched.h).
+ *
+ * A slot is one muser_session with ring checkpoints on. It keeps the
+ * tokens of its last conversation after the job ends, so a request is sent
+ * to the free slot whose tokens share the longest prefix with its prompt
+ * (ties: the least recently used), and muser_session_sync_begin keeps that
+ * prefix: a second turn prefills only what is new.
+ */
+#include "serve/sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve/response.h"
+
+enum slot_state {
+    SLOT_IDLE,    /* no job; the session keeps its tokens for reuse   */
+    SLOT_NEW,     /* admitted, not started                            */
+    SLOT_PREFILL, /* reading the prompt, a chunk per worker step      */
+    SLOT_DECODE,  /* `next` waits to be fed in the next batched step  */
+};
+
+typedef struct srv_slot {
+    int index;
+    muser_session *session;
+    srv_job *job;
+    enum slot_state state;
+    uint64_t last_used, admitted; /* scheduler ticks                  */
+    int kept;                     /* prompt tokens reused from the cache */
+    int fed;                      /* prompt tokens held so far        */
+    int generated;
+    muser_token next;
+    muser_sampler *sampler;
+    muser_detok *detok;
+    srv_output output;
+    muser_token *script; /* test hook: tokens that replace sampling */
+    int n_script, script_pos;
+} srv_slot;
+
+#define RECENT_SECONDS 10
+
+struct srv_sched {
+    srv_sched_config cfg;
+    int n_vocab, n_ctx, prefill_chunk;
+    srv_slot *slots;
+    pthread_t worker;
+    bool worker_started;
+    pthread_mutex_t mu; /* guards the fields below and slot->job/state changes seen by others */
+    pthread_cond_t wake;
+    srv_job *queue_head, *queue_tail;
+    int queued, busy;
+    bool stopping;
+    uint64_t tick;
+    int64_t recent_sec[RECENT_SECONDS + 1]; /* per-second generated-token buckets */
+    uint64_t recent_tokens[RECENT_SECONDS + 1];
+    /* worker only */
+    float *biased_logits; /* [n_vocab] */
+    muser_session **batch_sessions;
+    muser_token *batch_tokens;
+    srv_slot **batch_slots;
+    srv_metrics metrics;
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double now_seconds(void) { return (double)now_ns() * 1e-9; }
+
+/* ---- jobs -------------------------------------------------------------------------------- */
+
+srv_job *srv_job_new(srv_request *req, muser_token *prompt, int n_prompt) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->req = *req;
+    memset(req, 0, sizeof *req);
+    j->prompt = prompt;
+    j->n_prompt = n_prompt;
+    j->created = (int64_t)time(NULL);
+    j->enqueued_at = now_seconds();
+    j->status = 200;
+    j->refs = 1;
+    srv_make_id(j->id, sizeof j->id, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    return j;
+}
+
+void srv_job_release(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    srv_request_free(&j->req);
+    free(j->prompt);
+    chat_buf_free(&j->out);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* Hands bytes to the HTTP side; done: nothing more will come. */
+static void deliver(srv_job *j, chat_buf *bytes, bool done, int status) {
+    pthread_mutex_lock(&j->mu);
+    if (bytes && bytes->len) chat_buf_put(&j->out, bytes->data, bytes->len);
+    if (done) {
+        j->done = true;
+        j->status = status;
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (bytes) chat_buf_free(bytes);
+}
+
+/* Ends a job that never ran (queue full at shutdown) or failed. */
+static void deliver_error(srv_job *j, const srv_error *e) {
+    chat_buf b = {0};
+    if (j->req.stream) {
+        chat_buf_puts(&b, "data: ");
+        srv_error_json(&b, e);
+        chat_buf_puts(&b, "\n\n");
+    } else {
+        srv_error_json(&b, e);
+    }
+    deliver(j, &b, true, e->status);
+}
+
+/* ---- queue --------------------------------------------------------------------------------- */
+
+bool srv_sched_submit(srv_sched *s, srv_job *j, srv_error *e) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        srv_fail(e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return false;
+    }
+    int free_slots = s->cfg.n_slots - s->busy;
+    if (s->queued - free_slots >= s->cfg.queue_cap) {
+        int queued = s->queued;
+        pthread_mutex_unlock(&s->mu);
+        srv_fail(e, 429, "rate_limit_error", "queue_full", NULL,
+                 "the server is busy: %d slots are generating and %d requests wait; retry later", s->cfg.n_slots,
+                 queued);
+        return false;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    j->next = NULL;
+    if (s->queue_tail) s->queue_tail->next = j;
+    else s->queue_head = j;
+    s->queue_tail = j;
+    s->queued++;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* Removes j from the queue (lock held); true if it was there. */
+static bool unqueue(srv_sched *s, srv_job *j) {
+    srv_job **link = &s->queue_head, *prev = NULL;
+    while (*link && *link != j) {
+        prev = *link;
+        link = &(*link)->next;
+    }
+    if (!*link) return false;
+    *link = j->next;
+    if (s->queue_tail == j) s->queue_tail = prev;
+    s->queued--;
+    return true;
+}
+
+void srv_sched_cancel(srv_sched *s, srv_job *j) {
+    atomic_store(&j->cancelled, true);
+    pthread_mutex_lock(&s->mu);
+    bool was_queued = unqueue(s, j);
+    pthread_cond_signal(&s->wake); /* the worker drops a running job at its next step */
+    pthread_mutex_unlock(&s->mu);
+    if (was_queued) {
+        atomic_fetch_add(&s->metrics.jobs_cancelled, 1);
+        deliver(j, NULL, true, 499);
+        srv_job_release(j); /* the scheduler's reference */
+    }
+}
+
+/* ---- slots ------------------------------------------------------------------------------------ */
+
+static int common_prefix(const muser_token *a, int na, const muser_token *b, int nb) {
+    int n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Moves queued jobs into free slots (lock held): the slot sharing the
+ * longest prefix with the prompt, ties to the least recently used. */
+static void admit(srv_sched *s) {
+    while (s->queue_head && s->busy < s->cfg.n_slots) {
+        srv_job *j = s->queue_head;
+        unqueue(s, j);
+        srv_slot *best = NULL;
+        int best_common = -1;
+        for (int i = 0; i < s->cfg.n_slots; i++) {
+            srv_slot *sl = &s->slots[i];
+            if (sl->job) continue;
+            int c = common_prefix(muser_session_tokens(sl->session), muser_session_pos(sl->session), j->prompt,
+                                  j->n_prompt);
+            if (c > best_common || (c == best_common && sl->last_used < best->last_used)) {
+                best = sl;
+                best_common = c;
+            }
+        }
+        best->job = j;
+        best->state = SLOT_NEW;
+        best->admitted = ++s->tick;
+        s->busy++;
+    }
+}
+
+static void release_slot(srv_sched *s, srv_slot *sl) {
+    srv_job *j = sl->job;
+    muser_sampler_free(sl->sampler);
+    muser_detok_free(sl->detok);
+    srv_output_free(&sl->output);
+    free(sl->script);
+    sl->sampler = NULL;
+    sl->detok = NULL;
+    sl->script = NULL;
+    sl->n_script = sl->script_pos = 0;
+    pthread_mutex_lock(&s->mu);
+    sl->job = NULL;
+    sl->state = SLOT_IDLE;
+    sl->last_used = ++s->tick;
+    s->busy--;
+    pthread_mutex_unlock(&s->mu);
+    srv_job_release(j);
+}
+
+static void fail_slot(srv_sched *s, srv_slot *sl, int status, const char *type, const char *fmt, const char *detail) {
+    srv_error e;
+    srv_fail(&e, status, type, NULL, NULL, fmt, detail);
+    deliver_error(sl->job, &e);
+    atomic_fetch_add(status >= 500 ? &s->metrics.errors_5xx : &s->metrics.errors_4xx, 1);
+    /* A failed feed may leave the session anywhere: start it afresh. */
+    muser_session_reset(sl->session);
+    release_slot(s, sl);
+}
+
+static void count_recent(srv_sched *s, uint64_t tokens) {
+    int64_t sec = (int64_t)now_seconds();
+    int b = (int)(sec % (RECENT_SECONDS + 1));
+    pthread_mutex_lock(&s->mu);
+    if (s->recent_sec[b] != sec) {
+        s->recent_sec[b] = sec;
+        s->recent_tokens[b] = 0;
+    }
+    s->recent_tokens[b] += tokens;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Ends the output, hands the rest to the client, frees the slot. */
+static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
+    chat_buf out = {0};
+    if (!sl->output.stopper.matched) {
+        const char *rest = muser_detok_flush(sl->detok);
+        if (rest && *rest) srv_output_push(&sl->output, rest, &out);
+    }
+    srv_output_finish(&sl->output, why, sl->job->n_prompt, sl->kept, sl->generated, &out);
+    /* Count before the client can read the answer and then the metrics. */
+    atomic_fetch_add(&s->metrics.jobs_finished, 1);
+    atomic_fetch_add(&s->metrics.prompt_tokens, (uint64_t)sl->job->n_prompt);
+    atomic_fetch_add(&s->metrics.cached_tokens, (uint64_t)sl->kept);
+    if (out.oom) {
+        srv_error e;
+        srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory writing the response");
+        chat_buf_free(&out);
+        deliver_error(sl->job, &e);
+    } else {
+        deliver(sl->job, &out, true, 200);
+    }
+    release_slot(s, sl);
+}
+
+/* The session holds fresh logits: choose the next token and show it. */
+static void next_token(srv_sched *s, srv_slot *sl) {
+    const srv_request *r = &sl->job->req;
+    muser_token t;
+    if (sl->script) {
+        if (sl->script_pos == sl->n_script) {
+            finish(s, sl, SRV_FINISH_STOP); /* the scripted output ends as an end-of-generation token would */
+            return;
+        }
+        t = sl->script[sl->script_pos++];
+    } else {
+        const float *logits = muser_session_logits(sl->session);
+        if (r->n_bias) {
+            memcpy(s->biased_logits, logits, sizeof(float) * (size_t)s->n_vocab);
+            for (int i = 0; i < r->n_bias; i++) s->biased_logits[r->bias_ids[i]] += r->bias[i];
+            logits = s->biased_logits;
+        }
+        t = muser_sampler_sample(sl->sampler, logits);
+    }
+    if (muser_vocab_is_eog(s->cfg.model, t)) {
+        finish(s, sl, SRV_FINISH_STOP);
+        return;
+    }
+    sl->generated++;
+    chat_buf sse = {0};
+    bool stopped = srv_output_push(&sl->output, muser_detok_push(sl->detok, t), &sse);
+    if (sse.len) deliver(sl->job, &sse, false, 0);
+    chat_buf_free(&sse);
+    if (stopped) finish(s, sl, SRV_FINISH_STOP);
+    else if ((r->max_tokens >= 0 && sl->generated >= r->max_tokens) || muser_session_pos(sl->session) >= s->n_ctx)
+        finish(s, sl, SRV_FINISH_LENGTH);
+    else {
+        sl->next = t;
+        sl->state = SLOT_DECODE;
+    }
+}
+
+static void prompt_done(srv_sched *s, srv_slot *sl) {
+    atomic_fetch_add(&s->metrics.prefill_tokens, (uint64_t)(sl->job->n_prompt - sl->kept));
+    next_token(s, sl);
+}
+
+static uint64_t random_seed(void) {
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+}
+
+static void start_job(srv_sched *s, srv_slot *sl) {
+    srv_job *j = sl->job;
+    srv_request *r = &j->req;
+    muser_sampler_params sp = r->sampling;
+    if (!r->seed_given) sp.seed = random_seed();
+    sl->sampler = muser_sampler_new(&sp, s->n_vocab);
+    sl->detok = muser_detok_new(s->cfg.model, r->kind == SRV_CHAT); /* chat: tags must reach the parser */
+    if (!sl->sampler || !sl->detok ||
+        srv_output_init(&sl->output, r, j->id, s->cfg.model_id, j->created) != 0) {
+        fail_slot(s, sl, 500, "server_error", "cannot start the generation: %s", muser_last_error());
+        return;
+    }
+    sl->generated = 0;
+    if (r->test_script) {
+        const char *text = r->test_script;
+        int n = muser_tokenize(s->cfg.model, text, strlen(text), false, true, NULL, 0);
+        sl->script = malloc(sizeof(muser_token) * (size_t)(n > 0 ? n : 1));
+        if (n < 0 || !sl->script) {
+            fail_slot(s, sl, 500, "server_error", "cannot tokenize the test script: %s", muser_last_error());
+            return;
+        }
+        sl->n_script = muser_tokenize(s->cfg.model, text, strlen(text), false, true, sl->script, n);
+        sl->script_pos = 0;
+    }
+    int kept = 0;
+    if (muser_session_sync_begin(sl->session, j->prompt, j->n_prompt, &kept) != MUSER_OK) {
+        fail_slot(s, sl, 500, "server_error", "cannot place the prompt: %s", muser_last_error());
+        return;
+    }
+    sl->kept = sl->fed = kept;
+    if (kept == j->n_prompt) prompt_done(s, sl);
+    else sl->state = SLOT_PREFILL;
+}
+
+static void prefill_step(srv_sched *s, srv_slot *sl) {
+    srv_job *j = sl->job;
+    int n = j->n_prompt - sl->fed;
+    if (n > s->prefill_chunk) n = s->prefill_chunk;
+    uint64_t t0 = now_ns();
+    int rc = muser_session_feed(sl->session, j->prompt + sl->fed, n, false);
+    atomic_fetch_add(&s->metrics.prefill_ns, now_ns() - t0);
+    if (rc != MUSER_OK) {
+        fail_slot(s, sl, 500, "server_error", "prefill failed: %s", muser_last_error());
+        return;
+    }
+    sl->fed += n;
+    if (sl->fed == j->n_prompt) {
+        muser_session_sync_end(sl->session);
+        prompt_done(s, sl);
+    }
+}
+
+/* One decode step for every generating slot, as one batch. */
+static void decode_step(srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->job && sl->state == SLOT_DECODE) {
+            s->batch_slots[n] = sl;
+            s->batch_sessions[n] = sl->session;
+            s->batch_tokens[n] = sl->next;
+            n++;
+        }
+    }
+    if (n == 0) return;
+    uint64_t t0 = now_ns();
+    int rc = muser_batch_decode(s->batch_sessions, s->batch_tokens, n);
+    atomic_fetch_add(&s->metrics.decode_ns, now_ns() - t0);
+    if (rc != MUSER_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", muser_last_error());
+        for (int i = 0; i < n; i++) fail_slot(s, s->batch_slots[i], 500, "server_error", "decode failed: %s", msg);
+        return;
+    }
+    atomic_fetch_add(&s->metrics.decode_steps, 1);
+    atomic_fetch_add(&s->metrics.decode_rows, (uint64_t)n);
+    atomic_fetch_add(&s->metrics.generated_tokens, (uint64_t)n);
+    count_recent(s, (uint64_t)n);
+    for (int i = 0; i < n; i++) next_token(s, s->batch_slots[i]);
+}
+
+static void step(srv_sched *s, bool stopping) {
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (!sl->job) continue;
+        if (stopping) {
+            fail_slot(s, sl, 503, "server_error", "%s", "the server is shutting down");
+        } else if (atomic_load(&sl->job->cancelled)) {
+            atomic_fetch_add(&s->metrics.jobs_cancelled, 1);
+            deliver(sl->job, NULL, true, 499);
+            release_slot(s, sl);
+        } else if (sl->state == SLOT_NEW) {
+            start_job(s, sl);
+        }
+    }
+    decode_step(s);
+    /* One prefill chunk per step, oldest admission first. */
+    srv_slot *oldest = NULL;
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->job && sl->state == SLOT_PREFILL && (!oldest || sl->admitted < oldest->admitted)) oldest = sl;
+    }
+    if (oldest) prefill_step(s, oldest);
+}
+
+static void *worker_main(void *arg) {
+    srv_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->stopping) {
+            /* Queued jobs never start; running ones end in step(). */
+            while (s->queue_head) {
+                srv_job *j = s->queue_head;
+                unqueue(s, j);
+                pthread_mutex_unlock(&s->mu);
+                srv_error e;
+                srv_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+                deliver_error(j, &e);
+                srv_job_release(j);
+                pthread_mutex_lock(&s->mu);
+            }
+            if (s->busy == 0) break;
+        } else {
+            admit(s);
+        }
+        if (s->busy == 0) {
+            pthread_cond_wait(&s->wake, &s->mu);
+            continue;
+        }
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        step(s, stopping);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------------ */
+
+int srv_sched_new(const srv_sched_config *cfg, srv_sched **out) {
+    *out = NULL;
+    srv_sched *s = calloc(1, sizeof *s);
+    if (!s) return MUSER_ENOMEM;
+    s->cfg = *cfg;
+    s->n_vocab = muser_vocab_size(cfg->model);
+    s->prefill_chunk = cfg->session.n_batch > 0 ? cfg->session.n_batch : 512;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    s->slots = calloc((size_t)cfg->n_slots, sizeof *s->slots);
+    s->biased_logits = malloc(sizeof(float) * (size_t)s->n_vocab);
+    s->batch_sessions = calloc((size_t)cfg->n_slots, sizeof *s->batch_sessions);
+    s->batch_tokens = calloc((size_t)cfg->n_slots, sizeof *s->batch_tokens);
+    s->batch_slots = calloc((size_t)cfg->n_slots, sizeof *s->batch_slots);
+    int rc = (s->slots && s->biased_logits && s->batch_sessions && s->batch_tokens && s->batch_slots) ? 0 : MUSER_ENOMEM;
+    for (int i = 0; i < cfg->n_slots && !rc; i++) {
+        s->slots[i].index = i;
+        rc = muser_session_new(cfg->model, &cfg->session, &s->slots[i].session);
+        if (!rc) muser_session_set_checkpoints(s->slots[i].session, cfg->n_checkpoints);
+    }
+    if (!rc) s->n_ctx = muser_session_n_ctx(s->slots[0].session);
+    if (!rc && pthread_create(&s->worker, NULL, worker_main, s) != 0) rc = MUSER_ENOMEM;
+    s->worker_started = rc == 0;
+    if (rc) {
+        srv_sched_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void srv_sched_stop(srv_sched *s) {
+    if (!s->worker_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->worker, NULL);
+    s->worker_started = false;
+}
+
+void srv_sched_free(srv_sched *s) {
+    if (!s) return;
+    srv_sched_stop(s);
+    for (int i = 0; s->slots && i < s->cfg.n_slots; i++) muser_session_free(s->slots[i].session);
+    free(s->slots);
+    free(s->biased_logits);
+    free(s->batch_sessions);
+    free(s->batch_tokens);
+    free(s->batch_slots);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    free(s);
+}
+
+int srv_sched_n_ctx(const srv_sched *s) { return s->n_ctx; }
+
+srv_metrics *srv_sched_metrics(srv_sched *s) { return &s->metrics; }
+
+void srv_sched_get_status(srv_sched *s, srv_sched_status *st) {
+    pthread_mutex_lock(&s->mu);
+    st->n_slots = s->cfg.n_slots;
+    st->busy_slots = s->busy;
+    st->queued = s->queued;
+    int64_t sec = (int64_t)now_seconds();
+    uint64_t tokens = 0;
+    for (int b = 0; b <= RECENT_SECONDS; b++)
+        if (s->recent_sec[b] < sec && s->recent_sec[b] >= sec - RECENT_SECONDS) tokens += s->recent_tokens[b];
+    pthread_mutex_unlock(&s->mu);
+    st->decode_tps_recent = (double)tokens / RECENT_SECONDS;
+}

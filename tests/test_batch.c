@@ -1,0 +1,133 @@
+/* test_batch.c — muser_batch_decode: one decode step for several sessions
+ * at different positions (sliding rings wrapped or not) must give each
+ * session the logits a one-token feed of its own gives, step after step
+ * (up to float summation order: n-row matmul kernels may add in another
+ * order than one-row ones), with the same top token;
+ * more sessions than the leader's n_batch run in chunks; bad calls fail
+ * before changing anything. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "muser.h"
+#include "testlib.h"
+#include "tinymodel.h"
+
+enum { MAX_ROWS = 7, STEPS = 12 };
+
+static muser_session *new_session(const muser_model *m, muser_kv_type kv, int threads) {
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CPU;
+    sp.kv_type = kv;
+    sp.n_ctx = 96;
+    sp.n_batch = 3; /* rings of window + 2 rows; 7 rows run as 3 + 3 + 1 */
+    sp.n_threads = threads;
+    muser_session *s = NULL;
+    int rc = muser_session_new(m, &sp, &s);
+    CHECKF(rc == 0, "%s", muser_last_error());
+    return s;
+}
+
+/* Batched sessions against twins fed one token at a time. */
+static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv, int threads) {
+    muser_session *batch[MAX_ROWS], *single[MAX_ROWS];
+    uint64_t rng = 1234 + (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        batch[i] = new_session(m, kv, threads);
+        single[i] = new_session(m, kv, threads);
+        /* prompts of different lengths: some rings wrap (window 8), some do not */
+        int len = 1 + 5 * i;
+        muser_token prompt[64];
+        for (int k = 0; k < len; k++) prompt[k] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
+        CHECK(muser_session_feed(batch[i], prompt, len, false) == 0);
+        CHECK(muser_session_feed(single[i], prompt, len, false) == 0);
+    }
+    double worst = 0;
+    int top1_diff = 0;
+    for (int step = 0; step < STEPS; step++) {
+        muser_token tokens[MAX_ROWS];
+        for (int i = 0; i < n; i++) tokens[i] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
+        int rc = muser_batch_decode(batch, tokens, n);
+        CHECKF(rc == 0, "step %d: %s", step, muser_last_error());
+        if (rc) break;
+        for (int i = 0; i < n; i++) {
+            CHECK(muser_session_feed(single[i], &tokens[i], 1, false) == 0);
+            CHECK(muser_session_pos(batch[i]) == muser_session_pos(single[i]));
+            CHECK(muser_session_tokens(batch[i])[muser_session_pos(batch[i]) - 1] == tokens[i]);
+            const float *a = muser_session_logits(batch[i]), *b = muser_session_logits(single[i]);
+            int top_a = 0, top_b = 0;
+            for (int v = 0; v < V; v++) {
+                double d = a[v] > b[v] ? a[v] - b[v] : b[v] - a[v];
+                if (d > worst) worst = d;
+                if (a[v] > a[top_a]) top_a = v;
+                if (b[v] > b[top_b]) top_b = v;
+            }
+            top1_diff += top_a != top_b;
+        }
+    }
+    /* Logits here have a spread of several units; 1e-3 is summation order. */
+    CHECKF(worst <= 1e-3 && top1_diff == 0, "rows %d, kv %s, %d threads: max |batched - single| = %.3g, %d top-1 changes",
+           n, kv == MUSER_KV_F16 ? "f16" : "f32", threads, worst, top1_diff);
+    printf("rows %d, kv %s, %d threads: max |batched - single| = %.3g\n", n, kv == MUSER_KV_F16 ? "f16" : "f32",
+           threads, worst);
+    for (int i = 0; i < n; i++) {
+        muser_session_free(batch[i]);
+        muser_session_free(single[i]);
+    }
+}
+
+static void bad_calls(const muser_model *m, int V) {
+    muser_session *a = new_session(m, MUSER_KV_F32, 1), *b = new_session(m, MUSER_KV_F32, 1);
+    muser_token t0 = 1;
+    CHECK(muser_session_feed(a, &t0, 1, false) == 0);
+    muser_session *rows[2] = {a, a};
+    muser_token tokens[2] = {1, 2};
+    CHECK(muser_batch_decode(rows, tokens, 2) == MUSER_EINVAL); /* repeated */
+    rows[1] = b;
+    tokens[1] = V;
+    CHECK(muser_batch_decode(rows, tokens, 2) == MUSER_ERANGE);
+    CHECK(muser_session_pos(a) == 1 && muser_session_pos(b) == 0);
+    CHECK(muser_batch_decode(rows, tokens, 0) == MUSER_EINVAL);
+    /* a full session */
+    muser_token fill[95] = {0};
+    CHECK(muser_session_feed(b, fill, 95, false) == 0);
+    tokens[1] = 3;
+    CHECK(muser_batch_decode(rows, tokens, 2) == 0); /* b takes its last position */
+    CHECK(muser_batch_decode(rows, tokens, 2) == MUSER_ECONTEXT);
+    CHECK(muser_session_pos(a) == 2 && muser_session_pos(b) == 96);
+    muser_session_free(a);
+    muser_session_free(b);
+
+    /* rows the backend cannot mix (KV types differ) are fed one by one */
+    muser_session *f16 = new_session(m, MUSER_KV_F16, 1), *f32 = new_session(m, MUSER_KV_F32, 1);
+    muser_session *twin = new_session(m, MUSER_KV_F16, 1);
+    muser_session *mixed[2] = {f16, f32};
+    muser_token pair[2] = {4, 5};
+    CHECK(muser_batch_decode(mixed, pair, 2) == 0);
+    CHECK(muser_session_pos(f16) == 1 && muser_session_pos(f32) == 1);
+    CHECK(muser_session_feed(twin, &pair[0], 1, false) == 0);
+    CHECK(memcmp(muser_session_logits(f16), muser_session_logits(twin), sizeof(float) * (size_t)V) == 0);
+    muser_session_free(f16);
+    muser_session_free(f32);
+    muser_session_free(twin);
+}
+
+int main(void) {
+    tm_opts o = tm_defaults();
+    o.n_layer = 4; /* sliding and full layers */
+    size_t size;
+    uint8_t *buf = tm_build(&o, &size);
+    const char *path = tm_write_temp(buf, size, "batch");
+    free(buf);
+    muser_model *m = NULL;
+    if (muser_model_load(path, &m) != 0) {
+        CHECKF(0, "%s", muser_last_error());
+        return tl_finish("batch");
+    }
+    for (int n = 1; n <= MAX_ROWS; n += 2) batch_vs_single(m, o.vocab, n, MUSER_KV_F32, 2);
+    batch_vs_single(m, o.vocab, 4, MUSER_KV_F16, 1);
+    batch_vs_single(m, o.vocab, 6, MUSER_KV_F16, 2);
+    bad_calls(m, o.vocab);
+    muser_model_free(m);
+    remove(path);
+    return tl_finish("batch");
+}
