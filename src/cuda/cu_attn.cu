@@ -37,79 +37,16 @@ __device__ __forceinline__ int64_t row_slot(const mu_cu_rec_layer &lt, int64_t i
 }
 
 /* ---- QK-norm + RoPE + KV append -----------------------------------------------------------
- * One warp per head (query heads, then KV heads); a lane holds 4 dims. */
+ * One warp per head (query heads, then KV heads; qkv_post_head in
+ * cu_device.cuh, shared with the decode matvec's fused epilogue). */
 __global__ void __launch_bounds__(256) qkv_post_kernel(const __grid_constant__ mu_cu_qkv_post a) {
     __shared__ float buf[8][128];
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
     const int hh = blockIdx.y * 8 + warp;
     if (hh >= a.n_head + a.n_head_kv) return;
-    const bool isq = hh < a.n_head;
-    const int head = isq ? hh : hh - a.n_head;
-    const float *src = isq ? a.q + (int64_t)t * a.q_stride + head * 128 : a.k + (int64_t)t * a.kv_stride + head * 128;
-    float x[4];
-    {
-        const float4 v = __ldcg(reinterpret_cast<const float4 *>(src) + lane);
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    }
-    const float *nw = isq ? a.q_norm : a.k_norm;
-    if (nw) {
-        const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);
-        const float r = 1.0f / sqrtf(ss / 128.0f + a.eps);
-#pragma unroll
-        for (int j = 0; j < 4; j++) x[j] = (x[j] * r) * nw[4 * lane + j];
-    }
-    if (a.use_rope) {
-        const float *cs = rec_rope(a.recs, t, a.base_index);
-        const int half = a.n_rot / 2;
-        if (!a.neox) {
-#pragma unroll
-            for (int p = 0; p < 2; p++) {
-                const int i = 2 * lane + p; /* pair (2i, 2i+1) = (x[2p], x[2p+1]) */
-                if (i < half) {
-                    const float c = cs[2 * i], s = cs[2 * i + 1];
-                    const float x0 = x[2 * p], x1 = x[2 * p + 1];
-                    x[2 * p] = x0 * c - x1 * s;
-                    x[2 * p + 1] = x0 * s + x1 * c;
-                }
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 4; j++) buf[warp][4 * lane + j] = x[j];
-            __syncwarp();
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int d = 4 * lane + j;
-                if (d < a.n_rot) {
-                    if (d < half) {
-                        const float c = cs[2 * d], s = cs[2 * d + 1];
-                        x[j] = buf[warp][d] * c - buf[warp][d + half] * s;
-                    } else {
-                        const int i = d - half;
-                        const float c = cs[2 * i], s = cs[2 * i + 1];
-                        x[j] = buf[warp][i] * s + buf[warp][d] * c;
-                    }
-                }
-            }
-        }
-    }
-    if (isq) {
-        float4 o = make_float4(x[0], x[1], x[2], x[3]);
-        reinterpret_cast<float4 *>(a.qn + ((int64_t)t * a.n_head + head) * 128)[lane] = o;
-        return;
-    }
-    const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
-    const int64_t off = (int64_t)lt.slot * a.n_head_kv * 128 + head * 128 + 4 * lane;
-    const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane);
-    if (a.kv_f32) {
-        *reinterpret_cast<float4 *>((float *)a.kc + off) = make_float4(x[0], x[1], x[2], x[3]);
-        *reinterpret_cast<float4 *>((float *)a.vc + off) = v;
-    } else {
-        uint16_t *kc = (uint16_t *)a.kc + off, *vc = (uint16_t *)a.vc + off;
-        kc[0] = f32_to_f16(x[0]), kc[1] = f32_to_f16(x[1]), kc[2] = f32_to_f16(x[2]), kc[3] = f32_to_f16(x[3]);
-        vc[0] = f32_to_f16(v.x), vc[1] = f32_to_f16(v.y), vc[2] = f32_to_f16(v.z), vc[3] = f32_to_f16(v.w);
-    }
+    qkv_post_head(a, blockIdx.x, hh, buf[warp], true);
 }
 
 extern "C" cudaError_t mu_cu_qkv_post_launch(const mu_cu_qkv_post *a, cudaStream_t s) {

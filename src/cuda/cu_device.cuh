@@ -1,13 +1,9 @@
 /* cu_device.cuh — device helpers shared by the CUDA kernels: programmatic
  * dependent launch, warp and block reductions, int8 activation blocks, and
- * one decoder per weight format.
+ * one decoder per unit format (the K-quants live in cu_kq.cuh).
  *
- * A format's "unit" is what one lane handles per 16-byte load of the bulk
- * stream (cu_shared.h describes the repacked layouts):
- *   Q4_K/Q5_K: 16 bytes of qs = 16 low-nibble weights of sub-block 2c and the
- *              16 high-nibble weights of sub-block 2c+1 (32 weights);
- *   Q6_K:      16 bytes of ql = 16 + 16 weights, 64 apart, with 16 bytes of qh;
- *   Q8_0: 16 weights; Q4_0: 32 weights (16 low, 16 high nibbles);
+ * For the unit formats a "unit" is what one lane handles per 16-byte load
+ * of the bulk stream: Q8_0: 16 weights; Q4_0: 32 weights (16 low, 16 high nibbles);
  *   F16/BF16: 8 weights; F32: 4 weights.
  * Every decoder offers dot_f32 (exact lane: f32 activations), dot_q8 (fast
  * lane: int8 activations, dp4a) and dequant (to f32 or f16, prefill).
@@ -19,10 +15,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#define _Static_assert static_assert /* quant.h is C11 */
 #include "cuda/cu_shared.h"
-#include "quant/quant.h"
-#undef _Static_assert
+#include "cuda/cu_kq.cuh"
 
 #define MU_WARP 32
 #define MU_FULL 0xffffffffu
@@ -131,47 +125,15 @@ __device__ __forceinline__ float tanh_precise(float x) {
     return copysignf((1.0f - e) / (1.0f + e), x);
 }
 
-/* ---- format decoders ------------------------------------------------------------- */
-
-/* Byte k (0..11) of a Q4_K/Q5_K block's packed scales, held in m.y, m.z, m.w. */
-__device__ __forceinline__ int scale_byte(const uint4 &m, int k) {
-    const uint32_t w = k < 4 ? m.y : (k < 8 ? m.z : m.w);
-    return (int)((w >> (8 * (k & 3))) & 0xFF);
-}
-/* The (scale, min) pairs of sub-blocks 2c and 2c+1 (spec §7
- * get_scale_min_k4), all eight unpacked word-wise and then selected, with no
- * lane-dependent branch. */
-__device__ __forceinline__ void scales_pair_k4(const uint4 &m, int c, int &sc0, int &m0, int &sc1, int &m1) {
-    const uint32_t lo_sc = m.y & 0x3f3f3f3fu, lo_m = m.z & 0x3f3f3f3fu;
-    const uint32_t hi_sc = (m.w & 0x0f0f0f0fu) | ((m.y >> 2) & 0x30303030u);
-    const uint32_t hi_m = ((m.w >> 4) & 0x0f0f0f0fu) | ((m.z >> 2) & 0x30303030u);
-    const uint32_t scw = c < 2 ? lo_sc : hi_sc, mw = c < 2 ? lo_m : hi_m;
-    const int sh = (c & 1) * 16;
-    sc0 = (int)((scw >> sh) & 0xff), sc1 = (int)((scw >> (sh + 8)) & 0xff);
-    m0 = (int)((mw >> sh) & 0xff), m1 = (int)((mw >> (sh + 8)) & 0xff);
-}
-
-/* spec §7 get_scale_min_k4 */
-__device__ __forceinline__ void scale_min_k4(int j, const uint4 &m, int &sc, int &mn) {
-    if (j < 4) {
-        sc = scale_byte(m, j) & 63;
-        mn = scale_byte(m, j + 4) & 63;
-    } else {
-        sc = (scale_byte(m, j + 4) & 0xF) | ((scale_byte(m, j - 4) >> 6) << 4);
-        mn = (scale_byte(m, j + 4) >> 4) | ((scale_byte(m, j) >> 6) << 4);
-    }
-}
+/* ---- unit-format decoders (K-quants: cu_kq.cuh) ------------------------------------ */
 
 __device__ __forceinline__ uint32_t word_of(const uint4 &v, int k) {
     return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w));
 }
-__device__ __forceinline__ int iword_of(const int4 &v, int k) {
-    return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w));
-}
 
 /* Stores a dequantized value as f32 or f16. */
-__device__ __forceinline__ void put(float *dst, int i, float v) { dst[i] = v; }
-__device__ __forceinline__ void put(uint16_t *dst, int i, float v) { dst[i] = f32_to_f16(v); }
+__device__ __forceinline__ void put(float *dst, int64_t i, float v) { dst[i] = v; }
+__device__ __forceinline__ void put(uint16_t *dst, int64_t i, float v) { dst[i] = f32_to_f16(v); }
 
 /* Dot of 16 int8 pairs packed in 4 words each. */
 __device__ __forceinline__ int dot16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, const int4 &a) {
@@ -196,264 +158,6 @@ __device__ __forceinline__ float f4(const float4 &v, int i) { return i == 0 ? v.
 struct RowCtx {
     const uint8_t *qs, *qh, *meta;
     const uint16_t *d;
-};
-
-/* ---- Q4_K ---- */
-struct TQ4K {
-    __device__ static int units(int64_t cols) { return (int)(cols / 256 * 8); }
-    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
-        const int64_t nb = w.cols >> 8;
-        RowCtx c;
-        c.qs = w.qs + r * nb * 128;
-        c.meta = w.meta + r * nb * 16;
-        c.qh = w.qh ? w.qh + r * nb * 32 : nullptr;
-        c.d = nullptr;
-        return c;
-    }
-    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
-    /* the side streams a unit reads (scales), one lane per block */
-    __device__ static void prefetch(const RowCtx &c, int u) {
-        if ((u & 7) == 0) prefetch_l1(c.meta + (u >> 3) * 16);
-    }
-    struct U {
-        int e0; /* first low element; the high ones start at e0 + 32 */
-        float d, dmin;
-        int sc0, m0, sc1, m1;
-    };
-    __device__ static U setup(const RowCtx &rc, int u) {
-        const int b = u >> 3, q = u & 7, c = q >> 1, h = q & 1;
-        const uint4 m = __ldg(reinterpret_cast<const uint4 *>(rc.meta + b * 16));
-        U r;
-        r.e0 = b * 256 + c * 64 + h * 16;
-        const float2 dm = __half22float2(*reinterpret_cast<const __half2 *>(&m.x));
-        r.d = dm.x;
-        r.dmin = dm.y;
-        scales_pair_k4(m, c, r.sc0, r.m0, r.sc1, r.m1);
-        return r;
-    }
-    /* the unit's int8 activations: low group at e0, high group at e0 + 32 */
-    struct A {
-        int4 a0, a1;
-        float2 ds0, ds1;
-    };
-    __device__ static int e0_of(int u) { return (u >> 3) * 256 + ((u & 7) >> 1) * 64 + (u & 1) * 16; }
-    __device__ static A act(int u, const mu_cu_act &a) {
-        const int e0 = e0_of(u);
-        A r;
-        r.a0 = ld_q16(a, e0), r.a1 = ld_q16(a, e0 + 32);
-        r.ds0 = ld_ds(a, e0), r.ds1 = ld_ds(a, e0 + 32);
-        return r;
-    }
-    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
-        const U s = setup(rc, u);
-        const uint32_t L = 0x0F0F0F0Fu;
-        const int i0 = dot16(v.x & L, v.y & L, v.z & L, v.w & L, x.a0);
-        const int i1 = dot16((v.x >> 4) & L, (v.y >> 4) & L, (v.z >> 4) & L, (v.w >> 4) & L, x.a1);
-        return s.d * ((float)s.sc0 * x.ds0.x * (float)i0 + (float)s.sc1 * x.ds1.x * (float)i1) -
-               s.dmin * ((float)s.m0 * x.ds0.y + (float)s.m1 * x.ds1.y);
-    }
-    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        return dot_a(rc, u, v, act(u, a));
-    }
-    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        const U s = setup(rc, u);
-        float q0 = 0.f, x0 = 0.f, q1 = 0.f, x1 = 0.f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t wd = word_of(v, k);
-            const float4 xl = ld_x4(a.x + s.e0 + 4 * k), xh = ld_x4(a.x + s.e0 + 32 + 4 * k);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                q0 += (float)((wd >> (8 * i)) & 0xF) * f4(xl, i);
-                x0 += f4(xl, i);
-                q1 += (float)((wd >> (8 * i + 4)) & 0xF) * f4(xh, i);
-                x1 += f4(xh, i);
-            }
-        }
-        return s.d * ((float)s.sc0 * q0 + (float)s.sc1 * q1) - s.dmin * ((float)s.m0 * x0 + (float)s.m1 * x1);
-    }
-    template <class O>
-    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
-        const U s = setup(rc, u);
-        /* ggml's order: d1 = d*sc, m1 = dmin*m, y = d1*q - m1 (no contraction) */
-        const float d0 = __fmul_rn(s.d, (float)s.sc0), mm0 = __fmul_rn(s.dmin, (float)s.m0);
-        const float d1 = __fmul_rn(s.d, (float)s.sc1), mm1 = __fmul_rn(s.dmin, (float)s.m1);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t wd = word_of(v, k);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                put(dst, s.e0 + 4 * k + i, __fsub_rn(__fmul_rn(d0, (float)((wd >> (8 * i)) & 0xF)), mm0));
-                put(dst, s.e0 + 32 + 4 * k + i, __fsub_rn(__fmul_rn(d1, (float)((wd >> (8 * i + 4)) & 0xF)), mm1));
-            }
-        }
-    }
-};
-
-/* ---- Q5_K: Q4_K plus a fifth bit per weight from qh ---- */
-struct TQ5K {
-    __device__ static int units(int64_t cols) { return (int)(cols / 256 * 8); }
-    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) { return TQ4K::row(w, r); }
-    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
-    __device__ static void prefetch(const RowCtx &c, int u) {
-        if ((u & 7) == 0) prefetch_l1(c.meta + (u >> 3) * 16), prefetch_l1(c.qh + (u >> 3) * 32);
-    }
-    /* The four words of 5-bit values: low nibbles (sub-block 2c) and high. */
-    __device__ static void values(const RowCtx &rc, int u, const uint4 &v, uint32_t lo[4], uint32_t hi[4]) {
-        const int b = u >> 3, q = u & 7, c = q >> 1, h = q & 1;
-        const uint4 qh = __ldg(reinterpret_cast<const uint4 *>(rc.qh + b * 32 + h * 16));
-        const uint32_t L = 0x0F0F0F0Fu, B = 0x01010101u;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t wd = word_of(v, k), hb = word_of(qh, k);
-            lo[k] = (wd & L) | (((hb >> (2 * c)) & B) << 4);
-            hi[k] = ((wd >> 4) & L) | (((hb >> (2 * c + 1)) & B) << 4);
-        }
-    }
-    typedef TQ4K::A A;
-    __device__ static A act(int u, const mu_cu_act &a) { return TQ4K::act(u, a); }
-    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
-        const TQ4K::U s = TQ4K::setup(rc, u);
-        uint32_t lo[4], hi[4];
-        values(rc, u, v, lo, hi);
-        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], x.a0);
-        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], x.a1);
-        return s.d * ((float)s.sc0 * x.ds0.x * (float)i0 + (float)s.sc1 * x.ds1.x * (float)i1) -
-               s.dmin * ((float)s.m0 * x.ds0.y + (float)s.m1 * x.ds1.y);
-    }
-    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        return dot_a(rc, u, v, act(u, a));
-    }
-    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        const TQ4K::U s = TQ4K::setup(rc, u);
-        uint32_t lo[4], hi[4];
-        values(rc, u, v, lo, hi);
-        float q0 = 0.f, x0 = 0.f, q1 = 0.f, x1 = 0.f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float4 xl = ld_x4(a.x + s.e0 + 4 * k), xh = ld_x4(a.x + s.e0 + 32 + 4 * k);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                q0 += (float)((lo[k] >> (8 * i)) & 0xFF) * f4(xl, i);
-                x0 += f4(xl, i);
-                q1 += (float)((hi[k] >> (8 * i)) & 0xFF) * f4(xh, i);
-                x1 += f4(xh, i);
-            }
-        }
-        return s.d * ((float)s.sc0 * q0 + (float)s.sc1 * q1) - s.dmin * ((float)s.m0 * x0 + (float)s.m1 * x1);
-    }
-    template <class O>
-    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
-        const TQ4K::U s = TQ4K::setup(rc, u);
-        uint32_t lo[4], hi[4];
-        values(rc, u, v, lo, hi);
-        const float d0 = __fmul_rn(s.d, (float)s.sc0), mm0 = __fmul_rn(s.dmin, (float)s.m0);
-        const float d1 = __fmul_rn(s.d, (float)s.sc1), mm1 = __fmul_rn(s.dmin, (float)s.m1);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                put(dst, s.e0 + 4 * k + i, __fsub_rn(__fmul_rn(d0, (float)((lo[k] >> (8 * i)) & 0xFF)), mm0));
-                put(dst, s.e0 + 32 + 4 * k + i, __fsub_rn(__fmul_rn(d1, (float)((hi[k] >> (8 * i)) & 0xFF)), mm1));
-            }
-    }
-};
-
-/* ---- Q6_K ---- */
-struct TQ6K {
-    __device__ static int units(int64_t cols) { return (int)(cols / 256 * 8); }
-    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
-        const int64_t nb = w.cols >> 8;
-        RowCtx c;
-        c.qs = w.qs + r * nb * 128;
-        c.qh = w.qh + r * nb * 64;
-        c.meta = w.meta + r * nb * 16;
-        c.d = w.d + r * nb;
-        return c;
-    }
-    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
-    __device__ static void prefetch(const RowCtx &c, int u) {
-        if ((u & 7) == 0) {
-            prefetch_l1(c.qh + (u >> 3) * 64);
-            prefetch_l1(c.meta + (u >> 3) * 16);
-            prefetch_l1(c.d + (u >> 3));
-        }
-    }
-    struct U {
-        int e0; /* first low element; the high ones start at e0 + 64 */
-        float d;
-        int sc0, sc1;
-    };
-    /* Signed 6-bit values (q - 32) of the unit, as int8 lanes of 4 words each. */
-    __device__ static U values(const RowCtx &rc, int u, const uint4 &v, uint32_t lo[4], uint32_t hi[4]) {
-        const int b = u >> 3, q = u & 7, hh = q >> 2, uu = q & 3;
-        const uint4 qh = __ldg(reinterpret_cast<const uint4 *>(rc.qh + b * 64 + hh * 32 + (uu & 1) * 16));
-        const int shift = (uu >> 1) * 2;
-        const uint32_t L = 0x0F0F0F0Fu, T = 0x03030303u;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t wd = word_of(v, k), hb = word_of(qh, k);
-            lo[k] = __vsub4((wd & L) | (((hb >> shift) & T) << 4), 0x20202020u);
-            hi[k] = __vsub4(((wd >> 4) & L) | (((hb >> (shift + 4)) & T) << 4), 0x20202020u);
-        }
-        U r;
-        r.e0 = b * 256 + hh * 128 + uu * 16;
-        const int8_t *sc = reinterpret_cast<const int8_t *>(rc.meta + b * 16);
-        r.sc0 = __ldg(sc + hh * 8 + uu);
-        r.sc1 = __ldg(sc + hh * 8 + 4 + uu);
-        r.d = f16_to_f32(__ldg(rc.d + b));
-        return r;
-    }
-    struct A {
-        int4 a0, a1;
-        float d0, d1;
-    };
-    __device__ static int e0_of(int u) { return (u >> 3) * 256 + ((u & 7) >> 2) * 128 + (u & 3) * 16; }
-    __device__ static A act(int u, const mu_cu_act &a) {
-        const int e0 = e0_of(u);
-        A r;
-        r.a0 = ld_q16(a, e0), r.a1 = ld_q16(a, e0 + 64);
-        r.d0 = ld_ds(a, e0).x, r.d1 = ld_ds(a, e0 + 64).x;
-        return r;
-    }
-    __device__ static float dot_a(const RowCtx &rc, int u, const uint4 &v, const A &x) {
-        uint32_t lo[4], hi[4];
-        const U s = values(rc, u, v, lo, hi);
-        const int i0 = dot16(lo[0], lo[1], lo[2], lo[3], x.a0);
-        const int i1 = dot16(hi[0], hi[1], hi[2], hi[3], x.a1);
-        return s.d * ((float)s.sc0 * x.d0 * (float)i0 + (float)s.sc1 * x.d1 * (float)i1);
-    }
-    __device__ static float dot_q8(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        return dot_a(rc, u, v, act(u, a));
-    }
-    __device__ static float dot_f32(const RowCtx &rc, int u, const uint4 &v, const mu_cu_act &a) {
-        uint32_t lo[4], hi[4];
-        const U s = values(rc, u, v, lo, hi);
-        float q0 = 0.f, q1 = 0.f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float4 xl = ld_x4(a.x + s.e0 + 4 * k), xh = ld_x4(a.x + s.e0 + 64 + 4 * k);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                q0 += (float)(int8_t)((lo[k] >> (8 * i)) & 0xFF) * f4(xl, i);
-                q1 += (float)(int8_t)((hi[k] >> (8 * i)) & 0xFF) * f4(xh, i);
-            }
-        }
-        return s.d * ((float)s.sc0 * q0 + (float)s.sc1 * q1);
-    }
-    template <class O>
-    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
-        uint32_t lo[4], hi[4];
-        const U s = values(rc, u, v, lo, hi);
-        const float d0 = __fmul_rn(s.d, (float)s.sc0), d1 = __fmul_rn(s.d, (float)s.sc1);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                put(dst, s.e0 + 4 * k + i, __fmul_rn(d0, (float)(int8_t)((lo[k] >> (8 * i)) & 0xFF)));
-                put(dst, s.e0 + 64 + 4 * k + i, __fmul_rn(d1, (float)(int8_t)((hi[k] >> (8 * i)) & 0xFF)));
-            }
-    }
 };
 
 /* ---- Q8_0 ---- */
@@ -620,13 +324,10 @@ struct TFloat {
     }
 };
 
-/* Calls F.template operator()<Decoder>() for the weight's format; false for
- * formats the backend does not compute with. */
-#define MU_CU_DISPATCH(type, BODY)                                  \
+/* Runs BODY with TT = the decoder of a unit format (Q8_0, Q4_0, F32, F16,
+ * BF16); nothing for other types. */
+#define MU_CU_DISPATCH_UNITS(type, BODY)                            \
     switch (type) {                                                 \
-    case MU_TYPE_Q4_K: { typedef TQ4K TT; BODY; } break;            \
-    case MU_TYPE_Q5_K: { typedef TQ5K TT; BODY; } break;            \
-    case MU_TYPE_Q6_K: { typedef TQ6K TT; BODY; } break;            \
     case MU_TYPE_Q8_0: { typedef TQ80 TT; BODY; } break;            \
     case MU_TYPE_Q4_0: { typedef TQ40 TT; BODY; } break;            \
     case MU_TYPE_F32: { typedef TFloat<0> TT; BODY; } break;        \
@@ -653,6 +354,84 @@ __device__ __forceinline__ const float *rec_rope(const mu_cu_recs &r, int t, int
     return reinterpret_cast<const float *>(r.base + (int64_t)t * r.stride + sizeof(mu_cu_rec_hdr) +
                                            (int64_t)r.n_layer * sizeof(mu_cu_rec_layer)) +
            (int64_t)base_index * r.n_rot;
+}
+
+/* QK-norm + RoPE of one head of token t (hh < n_head: query head hh, into
+ * qn; else KV head hh - n_head, appended to the K plane, and with_v: its V
+ * row too) by one warp; a lane holds 4 dims; buf: 128 floats of the warp's
+ * shared memory. Inputs written by other blocks are read through L2. */
+__device__ __forceinline__ void qkv_post_head(const mu_cu_qkv_post &a, int t, int hh, float *buf, bool with_v) {
+    const int lane = threadIdx.x & 31;
+    const bool isq = hh < a.n_head;
+    const int head = isq ? hh : hh - a.n_head;
+    const float *src = isq ? a.q + (int64_t)t * a.q_stride + head * 128 : a.k + (int64_t)t * a.kv_stride + head * 128;
+    float x[4];
+    {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(src) + lane);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    }
+    const float *nw = isq ? a.q_norm : a.k_norm;
+    if (nw) {
+        const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);
+        const float r = 1.0f / sqrtf(ss / 128.0f + a.eps);
+#pragma unroll
+        for (int j = 0; j < 4; j++) x[j] = (x[j] * r) * nw[4 * lane + j];
+    }
+    if (a.use_rope) {
+        const float *cs = rec_rope(a.recs, t, a.base_index);
+        const int half = a.n_rot / 2;
+        if (!a.neox) {
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                const int i = 2 * lane + p; /* pair (2i, 2i+1) = (x[2p], x[2p+1]) */
+                if (i < half) {
+                    const float c = cs[2 * i], s = cs[2 * i + 1];
+                    const float x0 = x[2 * p], x1 = x[2 * p + 1];
+                    x[2 * p] = x0 * c - x1 * s;
+                    x[2 * p + 1] = x0 * s + x1 * c;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) buf[4 * lane + j] = x[j];
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int d = 4 * lane + j;
+                if (d < a.n_rot) {
+                    if (d < half) {
+                        const float c = cs[2 * d], s = cs[2 * d + 1];
+                        x[j] = buf[d] * c - buf[d + half] * s;
+                    } else {
+                        const int i = d - half;
+                        const float c = cs[2 * i], s = cs[2 * i + 1];
+                        x[j] = buf[i] * s + buf[d] * c;
+                    }
+                }
+            }
+        }
+    }
+    if (isq) {
+        float4 o = make_float4(x[0], x[1], x[2], x[3]);
+        reinterpret_cast<float4 *>(a.qn + ((int64_t)t * a.n_head + head) * 128)[lane] = o;
+        return;
+    }
+    const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
+    const int64_t off = (int64_t)lt.slot * a.n_head_kv * 128 + head * 128 + 4 * lane;
+    if (a.kv_f32) {
+        *reinterpret_cast<float4 *>((float *)a.kc + off) = make_float4(x[0], x[1], x[2], x[3]);
+    } else {
+        uint16_t *kc = (uint16_t *)a.kc + off;
+        kc[0] = f32_to_f16(x[0]), kc[1] = f32_to_f16(x[1]), kc[2] = f32_to_f16(x[2]), kc[3] = f32_to_f16(x[3]);
+    }
+    if (!with_v) return;
+    const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane);
+    if (a.kv_f32) {
+        *reinterpret_cast<float4 *>((float *)a.vc + off) = v;
+    } else {
+        uint16_t *vc = (uint16_t *)a.vc + off;
+        vc[0] = f32_to_f16(v.x), vc[1] = f32_to_f16(v.y), vc[2] = f32_to_f16(v.z), vc[3] = f32_to_f16(v.w);
+    }
 }
 
 /* mu_splitk_owned (kv.c) on the device: whole 32-row blocks per worker. */

@@ -2,22 +2,18 @@
  * with its fused epilogues, the residual/norm tail, the token embedding and
  * small elementwise kernels.
  *
- * Matvec: a persistent grid over a stream of row-dots (one warp per row at a
- * time, rows strided over all warps); 16-byte coalesced weight loads issued a
- * batch ahead of the arithmetic, the first batch before griddepcontrol.wait,
- * so a kernel launched early (PDL) streams its weights while its predecessor
- * finishes. Several matrices over the same input (q, k, v, gate) form one
- * row space and one launch; the epilogues fuse SwiGLU + int8 groups (gate/up),
- * the residual/norm tail (Wo, down), and logit scale + soft-cap + the
+ * Matvec: warps over a stream of row-dots (rows strided over all warps),
+ * format-specialized; all 16-byte weight loads of a batch issued before its
+ * arithmetic, the first batch before griddepcontrol.wait, so a kernel
+ * launched early (PDL) streams its weights while its predecessor finishes.
+ * Several matrices over the same input (q, k, v, gate) form one row space
+ * and one launch; the epilogues fuse SwiGLU + int8 groups (gate/up), the
+ * residual/norm tail (Wo, down), and logit scale + soft-cap + the
  * device-side token choice (LM head).
  */
 #include <math.h>
 
 #include "cuda/cu_device.cuh"
-
-#define MV_WARPS 8
-#define MV_THREADS (MV_WARPS * 32)
-#define MV_NB 4
 
 static bool g_pdl = false;
 extern "C" void mu_cu_set_pdl(bool on) { g_pdl = on; }
@@ -92,8 +88,10 @@ extern "C" int32_t mu_cu_units(uint32_t type, int64_t cols) {
     }
 }
 
-/* One thread per block of the file's layout: bytes move to their streams. */
-__global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, int64_t nrows) {
+/* One thread per block of the file's layout: bytes move to their streams.
+ * src_stride: bytes between the rows in raw (a column slice of a wider
+ * matrix keeps its parent's row stride). */
+__global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, int64_t nrows, int64_t src_stride) {
     int bpr = 0, bb = 0;
     switch (w.type) {
     case MU_TYPE_Q4_K: bpr = (int)(w.cols / 256), bb = 144; break;
@@ -103,27 +101,22 @@ __global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, in
     case MU_TYPE_Q4_0: bpr = (int)(w.cols / 32), bb = 18; break;
     default: return;
     }
+    if (src_stride <= 0) src_stride = (int64_t)bpr * bb;
     const int64_t total = nrows * bpr;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = r0 + i / bpr, b = i % bpr, gb = row * bpr + b; /* global block index */
-        const uint8_t *src = raw + i * bb;
+        const int64_t rr = i / bpr, b = i % bpr, gb = (r0 + rr) * bpr + b; /* global block index */
+        const uint8_t *src = raw + rr * src_stride + b * bb;
         uint8_t *qs = (uint8_t *)w.qs, *qh = (uint8_t *)w.qh, *meta = (uint8_t *)w.meta;
         uint16_t *d = (uint16_t *)w.d;
         switch (w.type) {
         case MU_TYPE_Q4_K:
-            for (int k = 0; k < 16; k++) meta[gb * 16 + k] = src[k];
-            for (int k = 0; k < 128; k++) qs[gb * 128 + k] = src[16 + k];
+            kq_repack_block(w.type, src, qs + gb * 128, nullptr, meta + gb * 16, nullptr);
             break;
         case MU_TYPE_Q5_K:
-            for (int k = 0; k < 16; k++) meta[gb * 16 + k] = src[k];
-            for (int k = 0; k < 32; k++) qh[gb * 32 + k] = src[16 + k];
-            for (int k = 0; k < 128; k++) qs[gb * 128 + k] = src[48 + k];
+            kq_repack_block(w.type, src, qs + gb * 128, qh + gb * 32, meta + gb * 16, nullptr);
             break;
         case MU_TYPE_Q6_K:
-            for (int k = 0; k < 128; k++) qs[gb * 128 + k] = src[k];
-            for (int k = 0; k < 64; k++) qh[gb * 64 + k] = src[128 + k];
-            for (int k = 0; k < 16; k++) meta[gb * 16 + k] = src[192 + k];
-            d[gb] = (uint16_t)(src[208] | (src[209] << 8));
+            kq_repack_block(w.type, src, qs + gb * 128, qh + gb * 64, meta + gb * 16, d + gb);
             break;
         case MU_TYPE_Q8_0:
             d[gb] = (uint16_t)(src[0] | (src[1] << 8));
@@ -137,9 +130,46 @@ __global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, in
     }
 }
 
-extern "C" cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, cudaStream_t s) {
-    repack_kernel<<<1024, 256, 0, s>>>(*w, (const uint8_t *)raw, r0, nrows);
+extern "C" cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows,
+                                    int64_t src_stride, cudaStream_t s) {
+    repack_kernel<<<1024, 256, 0, s>>>(*w, (const uint8_t *)raw, r0, nrows, src_stride);
     return cudaGetLastError();
+}
+
+/* ---- K-quant lane-blocks: loads shared by the matvec, dequant and embedding ---- */
+
+/* The streams of lane-block (row, b, c0) into registers. */
+template <uint32_t TYPE>
+__device__ __forceinline__ void kq_load(KqLane<uint4> &L, const mu_cu_weight &w, int64_t row, int b, int c0) {
+    const int64_t nb = w.cols >> 8, rb = row * nb; /* the row's first block */
+    const uint8_t *qs = w.qs + rb * 128;
+#pragma unroll
+    for (int i = 0; i < 4; i++) L.q[i] = ld_stream(qs + kq_qs_off(b, c0, i));
+    if (TYPE == MU_TYPE_Q6_K) {
+        const uint2 m = __ldg(reinterpret_cast<const uint2 *>(w.meta + rb * 16) + 2 * b + c0);
+        L.m = make_uint4(m.x, m.y, 0u, 0u);
+        const uint8_t *qh = w.qh + rb * 64 + (uint32_t)b * 64u + 32u * (uint32_t)c0;
+        L.h[0] = ld_stream(qh);
+        L.h[1] = ld_stream(qh + 16);
+        L.d = __ldg(w.d + rb + b);
+    } else {
+        L.m = __ldg(reinterpret_cast<const uint4 *>(w.meta + rb * 16) + b);
+        if (TYPE == MU_TYPE_Q5_K) L.h[0] = ld_stream(w.qh + rb * 32 + (uint32_t)b * 32u + 16u * (uint32_t)c0);
+    }
+}
+
+/* Dequantizes lane-blocks (row r0 + rr, b, c0) into dst rows of cols. */
+template <uint32_t TYPE, class O>
+__device__ void kq_dequant_rows(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst) {
+    const int64_t nb = w.cols >> 8, total = nrows * nb * 2;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t rr = i / (nb * 2);
+        const int b = (int)((i >> 1) % nb), c0 = (int)(i & 1);
+        KqLane<uint4> L;
+        kq_load<TYPE>(L, w, r0 + rr, b, c0);
+        O *out = dst + rr * w.cols + (int64_t)b * 256;
+        kq_dequant<TYPE>(L, c0, [&](int e, float v) { put(out, e, v); });
+    }
 }
 
 template <class TT, class O>
@@ -156,7 +186,12 @@ __device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, 
 
 template <class O>
 __global__ void dequant_kernel(const __grid_constant__ mu_cu_weight w, int64_t r0, int64_t nrows, O *dst) {
-    MU_CU_DISPATCH(w.type, (dequant_units<TT, O>(w, r0, nrows, dst)));
+    switch (w.type) {
+    case MU_TYPE_Q4_K: kq_dequant_rows<MU_TYPE_Q4_K, O>(w, r0, nrows, dst); break;
+    case MU_TYPE_Q5_K: kq_dequant_rows<MU_TYPE_Q5_K, O>(w, r0, nrows, dst); break;
+    case MU_TYPE_Q6_K: kq_dequant_rows<MU_TYPE_Q6_K, O>(w, r0, nrows, dst); break;
+    default: MU_CU_DISPATCH_UNITS(w.type, (dequant_units<TT, O>(w, r0, nrows, dst)));
+    }
 }
 
 extern "C" cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t nrows, void *dst, bool to_f16,
@@ -167,14 +202,13 @@ extern "C" cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t 
 }
 
 /* ---- the residual / norm tail ----------------------------------------------------------
- * One row of n (a multiple of 32) by one block of 256 threads. Each phase
- * is one round of independent 16-byte loads (no load waits on a store), so
- * the tail costs a few L2 round trips, not one per element: the current h
- * is staged in shared memory; warp w owns 128-element chunks w, w + 8, ...
+ * One row of n (a multiple of 32) by one block of NW warps. Each phase is
+ * one round of independent 16-byte loads (no load waits on a store), so the
+ * tail costs a few L2 round trips, not one per element: the current h is
+ * staged in shared memory; warp w owns 128-element chunks w, w + NW, ...
  * (lane l: elements 4l .. 4l+3 of a chunk) in every phase. Data other
  * blocks or kernels wrote is read through L2. */
 #define TAIL_MAXN 8192
-#define TAIL_PER (TAIL_MAXN / 1024) /* float4 chunks per thread at most */
 
 /* int8 groups of 16 held 4 per lane (4 lanes a group); q, ds: row base. */
 __device__ __forceinline__ void quantize4(const float4 &v, int elem, int8_t *q, float *ds) {
@@ -255,10 +289,12 @@ __device__ void resnorm_block_wide(const mu_cu_resnorm &rn, int64_t t) {
     }
 }
 
-__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
+/* sv: TAIL_MAXN floats of shared memory (16-byte aligned) for h. */
+template <int NW>
+__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
+    constexpr int TAIL_PER = TAIL_MAXN / (NW * 128) > 0 ? TAIL_MAXN / (NW * 128) : 1; /* float4 chunks per thread */
     __shared__ float red[33];
-    __shared__ __align__(16) float sv[TAIL_MAXN];
-    if (rn.n > TAIL_MAXN || blockDim.x != 256) {
+    if (rn.n > TAIL_MAXN || blockDim.x != NW * 32) {
         resnorm_block_wide(rn, t);
         return;
     }
@@ -270,7 +306,7 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
     const float *__restrict__ wn = rn.w_next;
     float4 *s4 = reinterpret_cast<float4 *>(sv);
 #define TAIL_FOR(k, e) \
-    _Pragma("unroll") for (int k = 0; k < TAIL_PER; k++) if (const int e = ((warp + 8 * k) * 32 + lane) * 4; e < n)
+    _Pragma("unroll") for (int k = 0; k < TAIL_PER; k++) if (const int e = ((warp + NW * k) * 32 + lane) * 4; e < n)
 
     /* Round 1: the current h (staged in shared memory) and the branch (in
      * registers), every load independent of every other. Round 2: the norm
@@ -339,7 +375,8 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t) {
 __global__ void __launch_bounds__(256) resnorm_rows_kernel(const __grid_constant__ mu_cu_resnorm rn) {
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
-    resnorm_block(rn, blockIdx.x);
+    __shared__ __align__(16) float sv[TAIL_MAXN];
+    resnorm_block<8>(rn, blockIdx.x, sv);
 }
 
 extern "C" cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, cudaStream_t s) {
@@ -347,6 +384,17 @@ extern "C" cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, cudaStream_t 
 }
 
 /* ---- embedding ------------------------------------------------------------------------- */
+template <uint32_t TYPE>
+__device__ void embed_row_kq(const mu_cu_weight &w, int64_t token, float *dst) {
+    const int nb = (int)(w.cols >> 8);
+    for (int i = threadIdx.x; i < nb * 2; i += blockDim.x) {
+        KqLane<uint4> L;
+        kq_load<TYPE>(L, w, token, i >> 1, i & 1);
+        float *out = dst + (int64_t)(i >> 1) * 256;
+        kq_dequant<TYPE>(L, i & 1, [&](int e, float v) { out[e] = v; });
+    }
+}
+
 template <class TT>
 __device__ void embed_row(const mu_cu_weight &w, int64_t token, float *dst) {
     const int upr = TT::units(w.cols);
@@ -366,10 +414,16 @@ __global__ void __launch_bounds__(256) embed_kernel(const __grid_constant__ mu_c
     if (t == 0 && threadIdx.x == 0 && best) *best = 0ull;
     const int64_t token = rec_hdr(recs, t)->token;
     float *h = rn.h + (int64_t)t * rn.stride;
-    MU_CU_DISPATCH(tok.type, (embed_row<TT>(tok, token, h)));
+    switch (tok.type) {
+    case MU_TYPE_Q4_K: embed_row_kq<MU_TYPE_Q4_K>(tok, token, h); break;
+    case MU_TYPE_Q5_K: embed_row_kq<MU_TYPE_Q5_K>(tok, token, h); break;
+    case MU_TYPE_Q6_K: embed_row_kq<MU_TYPE_Q6_K>(tok, token, h); break;
+    default: MU_CU_DISPATCH_UNITS(tok.type, (embed_row<TT>(tok, token, h)));
+    }
     __threadfence_block();
     __syncthreads();
-    resnorm_block(rn, t);
+    __shared__ __align__(16) float sv[TAIL_MAXN];
+    resnorm_block<8>(rn, t, sv);
 }
 
 extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
@@ -377,55 +431,222 @@ extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int
     return launch(embed_kernel, dim3(T), dim3(256), 0, s, *tok, recs, rn, best);
 }
 
-/* ---- matvec ---------------------------------------------------------------------------- */
+/* ---- matvec ----------------------------------------------------------------------------
+ * A grid of warps over a stream of row-dots: warp gw of W takes row-dots
+ * gw, gw + W, ... (gate/up: output rows, each two row-dots), W chosen so
+ * that every warp has the same number (no partial last round). A row-dot
+ * is streamed in batches; all 16-byte weight loads of a batch are issued
+ * before any of its arithmetic, the first batch before griddepcontrol.wait
+ * (weights are immutable), so a kernel launched early (PDL) streams while
+ * its predecessor finishes. Kernels are specialized per weight family:
+ *   K-quants: a batch is 16 blocks of a row, two lanes per block (the
+ *     lane-blocks of cu_kq.cuh); the fast lane's int8 input is staged once
+ *     per block of threads in shared memory in the order the lanes read it
+ *     (conflict-free 16-byte reads) with the per-group scales and sums;
+ *   unit formats (Q8_0, Q4_0, F32, F16, BF16): a batch is 4 units per lane
+ *     (the decoders of cu_device.cuh). */
 
-/* ---- matvec -------------------------------------------------------------------------------
- * A persistent grid (as many blocks as fit) over a stream of row-dots: warp
- * gw of W takes rows gw, gw + W, ... (gate/up: output rows, each two
- * row-dots). A row-dot is split into batches of MV_NB 16-byte units per
- * lane; the next batch's loads (possibly the next row's) are issued before
- * the current batch is computed, so a warp always has loads in flight, and
- * every warp has nearly the same number of rows (no partial last wave).
- * Loads are format-agnostic (row r's units are 16 bytes each at
- * qs + 16 * units * r); the arithmetic dispatches on the segment's format. */
-
+/* warps per block: one block of 32 warps per SM in the fast lane (64
+ * registers each; measured faster than two of 16: the input is staged once
+ * per SM); the exact lane, 16 warps with up to 128 registers */
 template <int LANE>
-__device__ __forceinline__ float batch_dot(const mu_cu_weight &w, int64_t row, int base, int n, const uint4 *v,
-                                           const mu_cu_act &act) {
-    const int lane = threadIdx.x & 31;
-    float acc = 0.f;
-    MU_CU_DISPATCH(w.type, {
-        const RowCtx rc = TT::row(w, row);
-        _Pragma("unroll") for (int k = 0; k < MV_NB; k++) {
-            const int u = base + k * 32 + lane;
-            if (u < n) acc += LANE == MU_CU_LANE_FAST ? TT::dot_q8(rc, u, v[k], act) : TT::dot_f32(rc, u, v[k], act);
-        }
-    });
-    return acc;
+__host__ __device__ constexpr int mv_warps() {
+    return LANE == MU_CU_LANE_FAST ? 32 : 16;
+}
+#define MV_NB 4 /* unit formats: 16-byte units per lane per batch */
+
+/* Shared-memory layout of the staged fast-lane input for the K-quants, per
+ * 256-element block b: the int8 values at KQ_XQ * b (16 bytes of padding
+ * per block spread the lanes of a quarter-warp over all banks), then the
+ * lane records at aux + KQ_AUX * b + 64 c0: dx[8], S[4] (floats), asum[8]
+ * (int16). */
+#define KQ_XQ 272
+#define KQ_AUX 144
+
+__device__ __forceinline__ size_t kq_stage_bytes(int64_t cols) { return (size_t)(cols >> 8) * (KQ_XQ + KQ_AUX); }
+
+__device__ void kq_stage(const mu_cu_act &a, int64_t cols, uint8_t *sm) {
+    const int nb = (int)(cols >> 8);
+    for (int i = threadIdx.x; i < nb * 16; i += blockDim.x)
+        *reinterpret_cast<uint4 *>(sm + KQ_XQ * (i >> 4) + 16 * (i & 15)) =
+            __ldcg(reinterpret_cast<const uint4 *>(a.q) + i);
+    uint8_t *aux = sm + (size_t)nb * KQ_XQ;
+    for (int i = threadIdx.x; i < nb * 2; i += blockDim.x) {
+        const int b = i >> 1, c0 = i & 1;
+        float dx[8], sy[8];
+        int as[8];
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++)
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const float2 ds = __ldcg(reinterpret_cast<const float2 *>(a.ds) + 16 * b + 4 * (c0 + 2 * cc) + t);
+                dx[4 * cc + t] = ds.x;
+                sy[4 * cc + t] = ds.y;
+                /* d * sum(q) / d recovers the integer sum exactly (|sum| <= 2032) */
+                as[4 * cc + t] = ds.x > 0.0f ? (int)rintf(ds.y / ds.x) : 0;
+            }
+        float *rec = reinterpret_cast<float *>(aux + KQ_AUX * b + 64 * c0);
+        reinterpret_cast<float4 *>(rec)[0] = make_float4(dx[0], dx[1], dx[2], dx[3]);
+        reinterpret_cast<float4 *>(rec)[1] = make_float4(dx[4], dx[5], dx[6], dx[7]);
+        reinterpret_cast<float4 *>(rec)[2] = make_float4(sy[0] + sy[1], sy[2] + sy[3], sy[4] + sy[5], sy[6] + sy[7]);
+        uint4 packed;
+        packed.x = (uint32_t)(as[0] & 0xFFFF) | ((uint32_t)as[1] << 16);
+        packed.y = (uint32_t)(as[2] & 0xFFFF) | ((uint32_t)as[3] << 16);
+        packed.z = (uint32_t)(as[4] & 0xFFFF) | ((uint32_t)as[5] << 16);
+        packed.w = (uint32_t)(as[6] & 0xFFFF) | ((uint32_t)as[7] << 16);
+        reinterpret_cast<uint4 *>(rec)[3] = packed;
+    }
 }
 
-/* units [base, min(base + 32 * MV_NB, end)) of a row, 16 bytes per lane per
- * unit, and a prefetch of the side streams (scales, high bits) those units
- * will read, so computing the batch waits on no DRAM round trip of its own */
-__device__ __forceinline__ void batch_load(const mu_cu_weight &w, int64_t row, int base, int n, uint4 *v,
-                                           bool side_prefetch) {
-    const int lane = threadIdx.x & 31;
-    const uint8_t *p = w.qs + row * (int64_t)w.units * 16;
+/* The staged input of lane-block (b, c0). */
+template <uint32_t TYPE>
+__device__ __forceinline__ void kq_act_load(const uint8_t *sm, int nb, int b, int c0, kq_act &x) {
+    const uint8_t *xq = sm + KQ_XQ * b + 64 * c0;
 #pragma unroll
-    for (int k = 0; k < MV_NB; k++) {
-        const int u = base + k * 32 + lane;
-        v[k] = u < n ? ld_stream(p + (int64_t)u * 16) : make_uint4(0, 0, 0, 0);
-    }
-    if (side_prefetch) {
-        MU_CU_DISPATCH(w.type, {
-            const RowCtx rc = TT::row(w, row);
-            _Pragma("unroll") for (int k = 0; k < MV_NB; k++) {
-                const int u = base + k * 32 + lane;
-                if (u < n) TT::prefetch(rc, u);
-            }
-        });
+    for (int cc = 0; cc < 2; cc++)
+#pragma unroll
+        for (int t = 0; t < 4; t++) x.xa[cc][t] = *reinterpret_cast<const kq_u4 *>(xq + 128 * cc + 16 * t);
+    const uint8_t *rec = sm + (size_t)nb * KQ_XQ + KQ_AUX * b + 64 * c0;
+    const float4 d0 = reinterpret_cast<const float4 *>(rec)[0], d1 = reinterpret_cast<const float4 *>(rec)[1];
+    x.dx[0] = d0.x, x.dx[1] = d0.y, x.dx[2] = d0.z, x.dx[3] = d0.w;
+    x.dx[4] = d1.x, x.dx[5] = d1.y, x.dx[6] = d1.z, x.dx[7] = d1.w;
+    if (TYPE == MU_TYPE_Q6_K) {
+        const uint4 p = reinterpret_cast<const uint4 *>(rec)[3];
+        x.asum[0] = (int)(int16_t)(p.x & 0xFFFF), x.asum[1] = (int)p.x >> 16;
+        x.asum[2] = (int)(int16_t)(p.y & 0xFFFF), x.asum[3] = (int)p.y >> 16;
+        x.asum[4] = (int)(int16_t)(p.z & 0xFFFF), x.asum[5] = (int)p.z >> 16;
+        x.asum[6] = (int)(int16_t)(p.w & 0xFFFF), x.asum[7] = (int)p.w >> 16;
+    } else {
+        const float4 S = reinterpret_cast<const float4 *>(rec)[2];
+        x.S[0] = S.x, x.S[1] = S.y, x.S[2] = S.z, x.S[3] = S.w;
     }
 }
+
+/* K-quant family. TYPE 0: the type of each segment, switched per batch
+ * (launches mixing K-quants, and the exact lane). */
+template <uint32_t TYPE>
+struct PolKQ {
+    static constexpr int PER_BATCH = 16; /* blocks */
+    struct Regs {
+        KqLane<uint4> L;
+        int b;
+        bool on;
+    };
+    __device__ static int items(const mu_cu_weight &w) { return (int)(w.cols >> 8); }
+    __device__ static size_t stage_bytes(const mu_cu_mv &a) { return kq_stage_bytes(a.seg[0].w.cols); }
+    __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) { kq_stage(a.act, a.seg[0].w.cols, sm); }
+
+    template <uint32_t T>
+    __device__ static void load_t(Regs &R, const mu_cu_weight &w, int64_t row) {
+        kq_load<T>(R.L, w, row, R.b, threadIdx.x & 1);
+    }
+    /* blocks [i0, i1) of the row: lane pair (l >> 1) takes block i0 + (l >> 1) */
+    __device__ static void load(Regs &R, const mu_cu_weight &w, int64_t row, int i0, int i1) {
+        R.b = i0 + ((threadIdx.x & 31) >> 1);
+        R.on = R.b < i1;
+        if (!R.on) return;
+        if (TYPE) {
+            load_t<TYPE>(R, w, row);
+            return;
+        }
+        switch (w.type) {
+        case MU_TYPE_Q4_K: load_t<MU_TYPE_Q4_K>(R, w, row); break;
+        case MU_TYPE_Q5_K: load_t<MU_TYPE_Q5_K>(R, w, row); break;
+        default: load_t<MU_TYPE_Q6_K>(R, w, row); break;
+        }
+    }
+    template <uint32_t T>
+    __device__ static float fast_t(const Regs &R, const uint8_t *sm, int nb) {
+        kq_act x;
+        kq_act_load<T>(sm, nb, R.b, threadIdx.x & 1, x);
+        return kq_dot_fast<T>(R.L, threadIdx.x & 1, x);
+    }
+    __device__ static float dot_fast(const Regs &R, const mu_cu_weight &w, int64_t, const mu_cu_act &,
+                                     const uint8_t *sm) {
+        if (!R.on) return 0.f;
+        const int nb = (int)(w.cols >> 8);
+        if (TYPE) return fast_t<TYPE>(R, sm, nb);
+        switch (w.type) {
+        case MU_TYPE_Q4_K: return fast_t<MU_TYPE_Q4_K>(R, sm, nb);
+        case MU_TYPE_Q5_K: return fast_t<MU_TYPE_Q5_K>(R, sm, nb);
+        default: return fast_t<MU_TYPE_Q6_K>(R, sm, nb);
+        }
+    }
+    template <uint32_t T>
+    __device__ static float exact_t(const Regs &R, const float *x) {
+        const float *xb = x + (int64_t)R.b * 256;
+        return kq_dot_exact<T>(R.L, threadIdx.x & 1, [&](int i) { return __ldg(xb + i); });
+    }
+    __device__ static float dot_exact(const Regs &R, const mu_cu_weight &w, int64_t, const mu_cu_act &act) {
+        if (!R.on) return 0.f;
+        switch (w.type) {
+        case MU_TYPE_Q4_K: return exact_t<MU_TYPE_Q4_K>(R, act.x);
+        case MU_TYPE_Q5_K: return exact_t<MU_TYPE_Q5_K>(R, act.x);
+        default: return exact_t<MU_TYPE_Q6_K>(R, act.x);
+        }
+    }
+};
+
+/* Unit formats: lane l takes units i0 + 32k + l (k < MV_NB) of the row. */
+template <class TT>
+struct PolUnit {
+    static constexpr int PER_BATCH = 32 * MV_NB; /* units */
+    struct Regs {
+        uint4 v[MV_NB];
+        int u0;
+    };
+    __device__ static int items(const mu_cu_weight &w) { return w.units; }
+    /* the int8 input and its scales, copied as they are */
+    __device__ static size_t stage_bytes(const mu_cu_mv &a) {
+        return (size_t)((a.seg[0].w.cols + 15) & ~15) + (size_t)a.seg[0].w.cols / 2;
+    }
+    __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) {
+        const int ne = (int)a.seg[0].w.cols;
+        int8_t *sq = reinterpret_cast<int8_t *>(sm);
+        float *sds = reinterpret_cast<float *>(sm + ((ne + 15) & ~15));
+        for (int i = threadIdx.x; i < ne / 16; i += blockDim.x)
+            reinterpret_cast<int4 *>(sq)[i] = __ldcg(reinterpret_cast<const int4 *>(a.act.q) + i);
+        for (int i = threadIdx.x; i < ne / 32; i += blockDim.x)
+            reinterpret_cast<float4 *>(sds)[i] = __ldcg(reinterpret_cast<const float4 *>(a.act.ds) + i);
+    }
+    __device__ static void load(Regs &R, const mu_cu_weight &w, int64_t row, int i0, int i1) {
+        const int lane = threadIdx.x & 31;
+        const uint8_t *p = w.qs + row * (int64_t)w.units * 16;
+        R.u0 = i0;
+#pragma unroll
+        for (int k = 0; k < MV_NB; k++) {
+            const int u = i0 + k * 32 + lane;
+            R.v[k] = u < i1 ? ld_stream(p + (uint32_t)u * 16u) : make_uint4(0, 0, 0, 0);
+        }
+    }
+    __device__ static float dot_fast(const Regs &R, const mu_cu_weight &w, int64_t row, const mu_cu_act &act,
+                                     const uint8_t *sm) {
+        mu_cu_act s = act;
+        const int ne = (int)w.cols;
+        s.q = reinterpret_cast<const int8_t *>(sm);
+        s.ds = reinterpret_cast<const float *>(sm + ((ne + 15) & ~15));
+        const RowCtx rc = TT::row(w, row);
+        const int lane = threadIdx.x & 31, n = w.units;
+        float acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < MV_NB; k++) {
+            const int u = R.u0 + k * 32 + lane;
+            if (u < n) acc += TT::dot_q8(rc, u, R.v[k], s);
+        }
+        return acc;
+    }
+    __device__ static float dot_exact(const Regs &R, const mu_cu_weight &w, int64_t row, const mu_cu_act &act) {
+        const RowCtx rc = TT::row(w, row);
+        const int lane = threadIdx.x & 31, n = w.units;
+        float acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < MV_NB; k++) {
+            const int u = R.u0 + k * 32 + lane;
+            if (u < n) acc += TT::dot_f32(rc, u, R.v[k], act);
+        }
+        return acc;
+    }
+};
 
 __device__ __forceinline__ uint32_t ordered_bits(float f) {
     const uint32_t u = __float_as_uint(f);
@@ -442,35 +663,40 @@ __device__ __forceinline__ uint32_t hash32(uint32_t a, uint32_t b, uint32_t c) {
     return h;
 }
 
-/* Lane 0 pulls units [u0, u1) of a row and their side streams into L2. */
-__device__ __forceinline__ void rowdot_prefetch_l2(const mu_cu_weight &w, int64_t row, int u0, int u1) {
-    const int64_t nb = w.cols >> 8; /* K-quant blocks per row */
-    prefetch_l2_bulk(w.qs + (row * w.units + u0) * 16, (uint32_t)(u1 - u0) * 16);
-    const int64_t b0 = u0 >> 3, b1 = (u1 + 7) >> 3; /* K-quant blocks of 8 units */
+/* The weight bytes of row-dot (row, items [i0, i1)) into L2 (lane 0; one
+ * bulk prefetch per stream). */
+__device__ __forceinline__ void rowdot_prefetch_l2(const mu_cu_weight &w, int64_t row, int i0, int i1) {
+    const int64_t nb = w.cols >> 8;
     switch (w.type) {
-    case MU_TYPE_Q4_K: prefetch_l2_range(w.meta + (row * nb + b0) * 16, (uint64_t)(b1 - b0) * 16); break;
-    case MU_TYPE_Q5_K:
-        prefetch_l2_range(w.meta + (row * nb + b0) * 16, (uint64_t)(b1 - b0) * 16);
-        prefetch_l2_range(w.qh + (row * nb + b0) * 32, (uint64_t)(b1 - b0) * 32);
+    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: {
+        int qh, meta, d;
+        kq_streams(w.type, qh, meta, d);
+        const int64_t b0 = row * nb + i0, n = i1 - i0;
+        prefetch_l2_range(w.qs + b0 * 128, (uint64_t)n * 128);
+        prefetch_l2_range(w.meta + b0 * meta, (uint64_t)n * meta);
+        if (qh) prefetch_l2_range(w.qh + b0 * qh, (uint64_t)n * qh);
+        if (d) prefetch_l2_range(w.d + b0, (uint64_t)n * 2);
         break;
-    case MU_TYPE_Q6_K:
-        prefetch_l2_range(w.meta + (row * nb + b0) * 16, (uint64_t)(b1 - b0) * 16);
-        prefetch_l2_range(w.qh + (row * nb + b0) * 64, (uint64_t)(b1 - b0) * 64);
-        prefetch_l2_range(w.d + row * nb + b0, (uint64_t)(b1 - b0) * 2);
-        break;
-    case MU_TYPE_Q8_0: prefetch_l2_range(w.d + row * (w.cols / 32) + u0 / 2, (uint64_t)((u1 - u0 + 1) / 2) * 2); break;
-    case MU_TYPE_Q4_0: prefetch_l2_range(w.d + row * (w.cols / 32) + u0, (uint64_t)(u1 - u0) * 2); break;
-    default: break;
+    }
+    default: prefetch_l2_range(w.qs + (row * w.units + i0) * 16, (uint64_t)(i1 - i0) * 16); break;
     }
 }
 
-template <int LANE, int EPI>
-__global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) matvec_kernel(const __grid_constant__ mu_cu_mv a) {
+/* Orders this thread's earlier writes before a later counter update (and,
+ * after reading the counter, later reads after it): a release/acquire
+ * fence (measured: as fast as __threadfence's sequentially consistent one,
+ * and all the counters need). */
+__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+template <class P, int LANE, int EPI>
+__global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
+    constexpr int NW = mv_warps<LANE>();
     pdl_trigger();
+    extern __shared__ __align__(16) uint8_t mv_smem[]; /* the staged input (fast lane) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t W = (int64_t)gridDim.x * MV_WARPS, gw = (int64_t)blockIdx.x * MV_WARPS + warp;
-    const int n = a.seg[0].w.units; /* every segment reads the same input */
-    const int parts = a.parts > 1 ? a.parts : 1, plen = n / parts;
+    const int64_t W = (int64_t)gridDim.x * NW, gw = (int64_t)blockIdx.x * NW + warp;
+    const int n_items = P::items(a.seg[0].w); /* every segment reads the same input */
+    const int parts = a.parts > 1 ? a.parts : 1, plen = n_items / parts;
     const int64_t jobs = EPI == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * parts;
     /* row-dot k of this warp -> (segment, row, part); false past the end */
     auto locate = [&](int64_t k, int &seg, int64_t &row, int &part) -> bool {
@@ -490,212 +716,270 @@ __global__ void __launch_bounds__(MV_THREADS, LANE == MU_CU_LANE_FAST ? 3 : 2) m
         return true;
     };
 
-    /* L2 prefetch one row-dot ahead of the register loads (more bytes in
-     * flight per warp without registers; before the wait too: weights are
-     * immutable, so an early-launched kernel pulls its first rows into L2
-     * while its predecessor finishes) */
-    auto prefetch_rowdot = [&](int64_t k) {
-        int ps, pp;
-        int64_t pr;
-        if (a.prefetch >= 2 && lane == 0 && locate(k, ps, pr, pp))
-            rowdot_prefetch_l2(a.seg[ps].w, pr, pp * plen, (pp + 1) * plen);
-    };
     int cs = 0, cp = 0;
     int64_t cr = 0, ck = 0;
     bool have = locate(0, cs, cr, cp);
-    int cb = cp * plen;
-    uint4 vc[MV_NB];
-    if (have) batch_load(a.seg[cs].w, cr, cb, cb + plen, vc, a.prefetch);
-    prefetch_rowdot(1);
+    int ci0 = cp * plen, cend = ci0 + plen;
+    typename P::Regs R;
+    if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+    if (a.prefetch >= 1 && lane == 0) {
+        /* the next two row-dots into L2 while the previous kernel drains */
+        for (int64_t k = 1; k <= 2; k++) {
+            int ps, pp;
+            int64_t pr;
+            if (locate(k, ps, pr, pp)) rowdot_prefetch_l2(a.seg[ps].w, pr, pp * plen, (pp + 1) * plen);
+        }
+    }
     pdl_wait(); /* the weights above are immutable; activations come after */
 
-    /* fast lane: stage the int8 input in shared memory once per block, so
-     * each unit's activation reads are shared-memory loads, not L1 traffic */
-    mu_cu_act act = a.act;
-    if (LANE == MU_CU_LANE_FAST && a.stage_act) {
-        extern __shared__ __align__(16) uint8_t mv_smem[];
-        const int ne = (int)a.seg[0].w.cols;
-        int8_t *sq = reinterpret_cast<int8_t *>(mv_smem);
-        float *sds = reinterpret_cast<float *>(mv_smem + ((ne + 15) & ~15));
-        for (int i = threadIdx.x; i < ne / 16; i += MV_THREADS)
-            reinterpret_cast<int4 *>(sq)[i] = __ldcg(reinterpret_cast<const int4 *>(a.act.q) + i);
-        for (int i = threadIdx.x; i < ne / 32; i += MV_THREADS)
-            reinterpret_cast<float4 *>(sds)[i] = __ldcg(reinterpret_cast<const float4 *>(a.act.ds) + i);
+    if (LANE == MU_CU_LANE_FAST && !(a.lab & MU_CU_LAB_NO_STAGE)) {
+        P::stage(a, mv_smem);
         __syncthreads();
-        act.q = sq;
-        act.ds = sds;
     }
 
     float acc = 0.f, gate = 0.f;
     unsigned long long best = 0ull;
     while (have) {
-        /* the next batch: the rest of this row-dot, else the next one */
-        const int cend = (cp + 1) * plen;
-        int ns = cs, np = cp, nb = cb + 32 * MV_NB;
-        int64_t nr = cr, nk = ck;
-        bool nh = true;
-        if (nb >= cend) {
-            nk = ck + 1;
-            nh = locate(nk, ns, nr, np);
-            nb = np * plen;
-            prefetch_rowdot(nk + 1);
+        const int ci1 = min(ci0 + P::PER_BATCH, cend);
+        acc += LANE == MU_CU_LANE_FAST ? P::dot_fast(R, a.seg[cs].w, cr, a.act, mv_smem)
+                                       : P::dot_exact(R, a.seg[cs].w, cr, a.act);
+        if (ci1 < cend) { /* the rest of this row-dot */
+            ci0 = ci1;
+            P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+            continue;
         }
-        uint4 vn[MV_NB];
-        if (nh) batch_load(a.seg[ns].w, nr, nb, (np + 1) * plen, vn, a.prefetch);
-        acc += batch_dot<LANE>(a.seg[cs].w, cr, cb, cend, vc, act);
-        if (cb + 32 * MV_NB >= cend) { /* the row-dot is complete */
-            const float y = warp_sum(acc);
-            acc = 0.f;
-            if constexpr (EPI == MU_CU_EPI_GATEUP) {
-                if (cs == 0) {
-                    gate = y;
-                } else {
-                    const float prod = gate / (1.0f + expf(-gate)) * y;
-                    unsigned prev = 0;
-                    if (lane == 0) {
-                        a.gu.x[cr] = prod;
-                        if (a.gu.h) a.gu.h[cr] = f32_to_f16(prod);
-                        if (a.gu.q) {
-                            __threadfence();
-                            prev = atomicAdd(a.group_count + (cr >> 4), 1u);
-                        }
-                    }
-                    prev = __shfl_sync(MU_FULL, prev, 0);
-                    if (a.gu.q && prev == 15) {
-                        /* the group's last product: quantize its 16 values */
-                        __threadfence();
-                        const int64_t g0 = cr & ~(int64_t)15;
-                        const float x = __ldcg(a.gu.x + g0 + (lane & 15));
-                        float amax = fabsf(x);
-#pragma unroll
-                        for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(MU_FULL, amax, o));
-                        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-                        const int qi = (int)roundf(x * id);
-                        const float sq = d * half_warp_sum((float)qi);
-                        if (lane < 16) a.gu.q[g0 + lane] = (int8_t)qi;
-                        if (lane == 0) {
-                            a.gu.ds[g0 / 16 * 2 + 0] = d;
-                            a.gu.ds[g0 / 16 * 2 + 1] = sq;
-                            a.group_count[cr >> 4] = 0u;
-                        }
-                    }
-                }
-            } else if constexpr (EPI == MU_CU_EPI_LOGITS) {
-                float v = y * a.logit_scale;
-                if (a.softcap != 0.0f) v = tanh_precise(v * (1.0f / a.softcap)) * a.softcap;
-                if (lane == 0) a.seg[cs].y[cr] = v;
-                float sel = v;
-                const float temp = a.hdr->temperature;
-                if (temp > 0.0f) {
-                    const uint32_t hsh = hash32(a.hdr->seed, (uint32_t)a.hdr->pos, (uint32_t)cr);
-                    const float uu = ((float)(hsh >> 8) + 0.5f) * (1.0f / 16777216.0f);
-                    sel = v / temp - logf(-logf(uu)); /* Gumbel-max: a softmax sample */
-                }
-                const unsigned long long key =
-                    ((unsigned long long)ordered_bits(sel) << 32) | (unsigned long long)(0xFFFFFFFFu - (uint32_t)cr);
-                best = key > best ? key : best;
+        /* the row-dot is complete */
+        const float y = warp_sum(acc);
+        acc = 0.f;
+        if constexpr (EPI == MU_CU_EPI_GATEUP) {
+            if (cs == 0) {
+                gate = y;
             } else {
-                if (lane == 0) a.seg[cs].y[cr + (int64_t)cp * a.seg[cs].w.rows] = y;
-            }
-        }
-        cs = ns, cr = nr, cb = nb, ck = nk, cp = np, have = nh;
+                const float prod = gate / (1.0f + expf(-gate)) * y;
+                unsigned prev = 0;
+                if (lane == 0) {
+                    a.gu.x[cr] = prod;
+                    if (a.gu.h) a.gu.h[cr] = f32_to_f16(prod);
+                    if (a.gu.q && !(a.lab & MU_CU_LAB_NO_GROUP_QUANT)) {
+                        fence_acq_rel();
+                        prev = atomicAdd(a.group_count + (cr >> 4), 1u);
+                    }
+                }
+                prev = __shfl_sync(MU_FULL, prev, 0);
+                if (a.gu.q && prev == 15) {
+                    /* the group's last product: quantize its 16 values */
+                    fence_acq_rel();
+                    const int64_t g0 = cr & ~(int64_t)15;
+                    const float x = __ldcg(a.gu.x + g0 + (lane & 15));
+                    float amax = fabsf(x);
 #pragma unroll
-        for (int k = 0; k < MV_NB; k++) vc[k] = vn[k];
+                    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(MU_FULL, amax, o));
+                    const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+                    const int qi = (int)roundf(x * id);
+                    const float sq = d * half_warp_sum((float)qi);
+                    if (lane < 16) a.gu.q[g0 + lane] = (int8_t)qi;
+                    if (lane == 0) {
+                        a.gu.ds[g0 / 16 * 2 + 0] = d;
+                        a.gu.ds[g0 / 16 * 2 + 1] = sq;
+                        a.group_count[cr >> 4] = 0u;
+                    }
+                }
+            }
+        } else if constexpr (EPI == MU_CU_EPI_LOGITS) {
+            float v = y * a.logit_scale;
+            if (a.softcap != 0.0f) v = tanh_precise(v * (1.0f / a.softcap)) * a.softcap;
+            if (lane == 0) a.seg[cs].y[cr] = v;
+            float sel = v;
+            const float temp = a.hdr->temperature;
+            if (temp > 0.0f) {
+                const uint32_t hsh = hash32(a.hdr->seed, (uint32_t)a.hdr->pos, (uint32_t)(cr + a.vocab0));
+                const float uu = ((float)(hsh >> 8) + 0.5f) * (1.0f / 16777216.0f);
+                sel = v / temp - logf(-logf(uu)); /* Gumbel-max: a softmax sample */
+            }
+            const unsigned long long key = ((unsigned long long)ordered_bits(sel) << 32) |
+                                           (unsigned long long)(0xFFFFFFFFu - (uint32_t)(cr + a.vocab0));
+            best = key > best ? key : best;
+        } else {
+            if (lane == 0) a.seg[cs].y[cr + (int64_t)cp * a.seg[cs].w.rows] = y;
+        }
+        ck++;
+        have = locate(ck, cs, cr, cp);
+        ci0 = cp * plen;
+        cend = ci0 + plen;
+        if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
     }
 
     if constexpr (EPI == MU_CU_EPI_LOGITS) {
-        __shared__ unsigned long long best_w[MV_WARPS];
+        __shared__ unsigned long long best_w[NW];
         if (lane == 0) best_w[warp] = best;
         __syncthreads();
         if (threadIdx.x == 0) {
             unsigned long long m = 0ull;
-            for (int i = 0; i < MV_WARPS; i++) m = best_w[i] > m ? best_w[i] : m;
+            for (int i = 0; i < NW; i++) m = best_w[i] > m ? best_w[i] : m;
             if (m) atomicMax(a.best, m);
         }
     }
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
         /* the last block to finish runs the residual + norm tail */
         __shared__ int is_last;
-        if (lane == 0) __threadfence();
+        if (lane == 0) fence_acq_rel();
         __syncthreads();
         if (threadIdx.x == 0) {
-            __threadfence();
+            fence_acq_rel();
             const unsigned prev = atomicAdd(a.counter, 1u);
             is_last = prev == gridDim.x - 1;
         }
         __syncthreads();
-        if (is_last) {
-            __threadfence();
-            resnorm_block(a.rn, 0);
-            if (threadIdx.x == 0) *a.counter = 0u;
+        if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
+            fence_acq_rel();
+            __shared__ __align__(16) float tail_sv[TAIL_MAXN];
+            resnorm_block<NW>(a.rn, 0, tail_sv);
         }
+        if (is_last && threadIdx.x == 0) *a.counter = 0u;
     }
 }
 
 static int g_occupancy = 0; /* blocks per SM; 0: as many as fit */
-static int g_prefetch = 1;
+static int g_prefetch = 0;
 extern "C" void mu_cu_set_matvec_prefetch(int level) { g_prefetch = level; }
-static bool g_stage = true;
-extern "C" void mu_cu_set_matvec_stage(bool on) { g_stage = on; }
 static int g_grid_cap = 0;  /* blocks in all; 0: no cap */
+static unsigned g_lab = 0;  /* MU_CU_LAB_* (timing experiments only) */
+extern "C" void mu_cu_set_matvec_lab(unsigned flags) { g_lab = flags; }
+extern "C" unsigned mu_cu_get_matvec_lab(void) { return g_lab; }
 extern "C" void mu_cu_set_matvec_occupancy(int blocks_per_sm) { g_occupancy = blocks_per_sm > 0 ? blocks_per_sm : 0; }
 extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 ? blocks : 0; }
 
-template <int LANE, int EPI>
-static cudaError_t launch_mv(const mu_cu_mv *a, int64_t jobs, cudaStream_t s) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        /* the staged input (up to 8192 + 4096 ... bytes) on top of the static tail */
-        cudaFuncSetAttribute(matvec_kernel<LANE, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
-    }
-    const size_t smem = a->stage_act ? (size_t)((a->seg[0].w.cols + 15) & ~15) + (size_t)a->seg[0].w.cols / 2 : 0;
-    int fit = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, matvec_kernel<LANE, EPI>, MV_THREADS, smem);
-    if (fit < 1) fit = 1;
-    const int per_sm = g_occupancy > 0 && g_occupancy < fit ? g_occupancy : fit;
-    int64_t blocks = (jobs + MV_WARPS - 1) / MV_WARPS;
-    if (blocks > (int64_t)sms * per_sm) blocks = (int64_t)sms * per_sm;
-    if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
-    return launch(matvec_kernel<LANE, EPI>, dim3((unsigned)blocks), dim3(MV_THREADS), smem, s, *a);
+static bool is_kquant(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
+
+extern "C" int mu_cu_mv_parts(uint32_t type, int64_t cols) {
+    /* K-quants: parts of at most two batches (32 blocks); unit formats: of
+     * at most 256 units; whole items per part */
+    const int64_t items = is_kquant(type) ? cols / 256 : mu_cu_units(type, cols);
+    const int64_t most = is_kquant(type) ? 32 : 256;
+    if (items <= most) return 1;
+    for (int p = 2; p <= 8; p++)
+        if (items % p == 0 && items / p <= most) return p;
+    return 1;
 }
 
-template <int LANE>
-static cudaError_t launch_lane(const mu_cu_mv *a, int64_t jobs, cudaStream_t s) {
-    switch (a->epi) {
-    case MU_CU_EPI_GATEUP: return launch_mv<LANE, MU_CU_EPI_GATEUP>(a, jobs, s);
-    case MU_CU_EPI_RESNORM: return launch_mv<LANE, MU_CU_EPI_RESNORM>(a, jobs, s);
-    case MU_CU_EPI_LOGITS: return launch_mv<LANE, MU_CU_EPI_LOGITS>(a, jobs, s);
-    default: return launch_mv<LANE, MU_CU_EPI_STORE>(a, jobs, s);
+/* Shared memory of a launch: the staged input (fast lane). */
+static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
+    if (a->lane != MU_CU_LANE_FAST) return 0;
+    const int64_t cols = a->seg[0].w.cols;
+    if (kq) return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX);
+    return (size_t)((cols + 15) & ~15) + (size_t)cols / 2;
+}
+
+template <class P, int LANE, int EPI>
+static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cudaStream_t s) {
+    constexpr int NW = mv_warps<LANE>();
+    /* per device (tensor parallel: one process drives several GPUs) */
+    static int sms[64], fit[64];
+    static size_t fit_smem[64];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (!sms[dev]) {
+        /* all the dynamic shared memory the kernel's static use leaves */
+        int optin = 0;
+        cudaFuncAttributes fa;
+        e = cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, mv_kernel<P, LANE, EPI>);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(mv_kernel<P, LANE, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     optin - (int)fa.sharedSizeBytes);
+        if (e != cudaSuccess) return e;
+        fit_smem[dev] = (size_t)-1;
     }
+    const size_t smem = stage;
+    if (smem != fit_smem[dev]) {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mv_kernel<P, LANE, EPI>, NW * 32, smem);
+        if (e != cudaSuccess) return e;
+        if (fit[dev] < 1) return cudaErrorInvalidConfiguration; /* does not fit an SM */
+        fit_smem[dev] = smem;
+    }
+    const int per_sm = g_occupancy > 0 && g_occupancy < fit[dev] ? g_occupancy : fit[dev];
+    /* as many warps as fit, then as few as keep the same number of rounds:
+     * every warp gets the same number of row-dots */
+    const int64_t max_w = (int64_t)sms[dev] * per_sm * NW;
+    const int64_t rounds = (jobs + max_w - 1) / max_w;
+    const int64_t warps = (jobs + rounds - 1) / rounds;
+    int64_t blocks = (warps + NW - 1) / NW;
+    if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
+    if (blocks < 1) blocks = 1;
+    return launch(mv_kernel<P, LANE, EPI>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
+}
+
+template <class P, int LANE>
+static cudaError_t launch_epi(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
+    switch (a->epi) {
+    case MU_CU_EPI_GATEUP: return launch_mv<P, LANE, MU_CU_EPI_GATEUP>(a, jobs, smem, s);
+    case MU_CU_EPI_RESNORM: return launch_mv<P, LANE, MU_CU_EPI_RESNORM>(a, jobs, smem, s);
+    case MU_CU_EPI_LOGITS: return launch_mv<P, LANE, MU_CU_EPI_LOGITS>(a, jobs, smem, s);
+    default: return launch_mv<P, LANE, MU_CU_EPI_STORE>(a, jobs, smem, s);
+    }
+}
+
+template <class P>
+static cudaError_t launch_lane(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
+    if (a->lane == MU_CU_LANE_FAST) return launch_epi<P, MU_CU_LANE_FAST>(a, jobs, smem, s);
+    return launch_epi<P, MU_CU_LANE_EXACT>(a, jobs, smem, s);
 }
 
 extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     mu_cu_mv a = *in;
+    if (a.nseg < 1) return cudaErrorInvalidValue;
     a.prefetch = g_prefetch;
-    a.stage_act = g_stage && a.lane == MU_CU_LANE_FAST && a.act.q && a.seg[0].w.cols <= 32768;
+    a.lab = g_lab;
     a.rows_total = 0;
+    bool all_k = true, same = true;
     for (int i = 0; i < a.nseg; i++) {
         a.rows_total += a.seg[i].w.rows;
-        if (a.seg[i].w.units != a.seg[0].w.units) return cudaErrorInvalidValue;
+        if (a.seg[i].w.cols != a.seg[0].w.cols) return cudaErrorInvalidValue;
+        all_k = all_k && is_kquant(a.seg[i].w.type);
+        same = same && a.seg[i].w.type == a.seg[0].w.type;
     }
-    /* long rows of a one-matrix RESNORM launch (ffn down) split in parts of
-     * ~200 units, so every warp streams nearly the same bytes; the tail adds
-     * the parts in order (deterministic) */
+    if (!all_k && !same) {
+        /* formats of different families: one launch per matrix (STORE only) */
+        if (a.epi != MU_CU_EPI_STORE) return cudaErrorInvalidValue;
+        for (int i = 0; i < in->nseg; i++) {
+            mu_cu_mv one = *in;
+            one.seg[0] = in->seg[i];
+            one.nseg = 1;
+            cudaError_t e = mu_cu_matvec(&one, s);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    const uint32_t type = a.seg[0].w.type;
     a.parts = 1;
-    if (a.epi == MU_CU_EPI_RESNORM && a.nseg == 1) {
-        const int units = a.seg[0].w.units;
-        int p = units / 200;
-        while (p > 1 && units % p) p--;
-        a.parts = p < 1 ? 1 : (p > 8 ? 8 : p);
-        while (a.parts > 1 && units % a.parts) a.parts--;
-    }
+    if (a.epi == MU_CU_EPI_RESNORM && a.nseg == 1) a.parts = mu_cu_mv_parts(type, a.seg[0].w.cols);
     a.rn.branch_parts = a.parts;
     const int64_t jobs = a.epi == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * a.parts;
-    if (a.lane == MU_CU_LANE_FAST) return launch_lane<MU_CU_LANE_FAST>(&a, jobs, s);
-    return launch_lane<MU_CU_LANE_EXACT>(&a, jobs, s);
+    const size_t smem = stage_bytes_host(&a, all_k);
+    if (all_k) {
+        /* the exact lane and mixed K-quant launches switch per batch */
+        if (a.lane != MU_CU_LANE_FAST) return launch_epi<PolKQ<0>, MU_CU_LANE_EXACT>(&a, jobs, smem, s);
+        if (!same) {
+            if (a.epi != MU_CU_EPI_STORE) return cudaErrorInvalidValue;
+            return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE>(&a, jobs, smem, s);
+        }
+        switch (type) {
+        case MU_TYPE_Q4_K: return launch_epi<PolKQ<MU_TYPE_Q4_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        case MU_TYPE_Q5_K: return launch_epi<PolKQ<MU_TYPE_Q5_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        default: return launch_epi<PolKQ<MU_TYPE_Q6_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        }
+    }
+    switch (type) {
+    case MU_TYPE_Q8_0: return launch_lane<PolUnit<TQ80>>(&a, jobs, smem, s);
+    case MU_TYPE_Q4_0: return launch_lane<PolUnit<TQ40>>(&a, jobs, smem, s);
+    case MU_TYPE_F32: return launch_lane<PolUnit<TFloat<0>>>(&a, jobs, smem, s);
+    case MU_TYPE_F16: return launch_lane<PolUnit<TFloat<1>>>(&a, jobs, smem, s);
+    case MU_TYPE_BF16: return launch_lane<PolUnit<TFloat<2>>>(&a, jobs, smem, s);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 /* ---- elementwise ------------------------------------------------------------------------- */

@@ -28,14 +28,15 @@ extern "C" {
 #endif
 
 /* ---- weights ----------------------------------------------------------------
- * Quantized weights are repacked at upload into separate streams so that a
- * warp reads each row with 16-byte coalesced loads (spec §7 block layouts):
+ * Quantized weights are repacked at upload into separate streams, so that a
+ * warp reads each row with 16-byte loads that fill whole 32-byte sectors:
  *   Q4_K: qs 128 B/block, meta 16 B/block (d, dmin, scales[12])
  *   Q5_K: qs 128 B/block, qh 32 B/block, meta 16 B/block
- *   Q6_K: qs (= ql) 128 B/block, qh 64 B/block, meta (= scales) 16 B/block, d
+ *   Q6_K: qs 128 B/block, qh 64 B/block, meta (scales) 16 B/block, d
  *   Q8_0: qs 32 B/block, d;   Q4_0: qs 16 B/block, d
  *   F32, F16, BF16: the rows as they are, in qs.
- * Same bytes as the file, only moved; each stream is row-major. */
+ * Same bytes as the file, only moved (the K-quants' order within a block
+ * is described in cu_kq.cuh); each stream is row-major. */
 typedef struct mu_cu_weight {
     uint32_t type;        /* enum mu_type                              */
     int32_t units;        /* 16-byte units of qs per row (qs row = 16 * units) */
@@ -56,6 +57,10 @@ typedef struct mu_cu_layout {
 bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, mu_cu_layout *out);
 /* 16-byte units of the bulk stream per row (every format: qs row bytes / 16). */
 int32_t mu_cu_units(uint32_t type, int64_t cols);
+/* Parts a long row of a one-matrix RESNORM launch (ffn down) is split into,
+ * so that every warp streams about the same bytes; the tail adds the parts'
+ * partial sums in order (deterministic). */
+int mu_cu_mv_parts(uint32_t type, int64_t cols);
 
 /* ---- activations --------------------------------------------------------------
  * An input vector in both lanes' forms: f32 (exact lane, float weights) and
@@ -136,6 +141,21 @@ enum {
 };
 #define MU_CU_MAX_SEG 4
 
+typedef struct mu_cu_qkv_post {
+    int T, layer;
+    int n_head, n_head_kv, head_dim, n_rot;
+    int neox;              /* rope pairing                               */
+    int use_rope, base_index;
+    const float *q, *k, *v;       /* raw projections [T][..]               */
+    int64_t q_stride, kv_stride;  /* elements between tokens               */
+    const float *q_norm, *k_norm; /* [head_dim] or NULL                    */
+    float eps;
+    float *qn;             /* [T][n_head][head_dim]                       */
+    void *kc, *vc;
+    int kv_f32;
+    mu_cu_recs recs;
+} mu_cu_qkv_post;
+
 typedef struct mu_cu_mv_seg {
     mu_cu_weight w;
     float *y;
@@ -148,8 +168,8 @@ typedef struct mu_cu_mv {
     int epi;
     mu_cu_act act;
     int64_t rows_total;    /* set by mu_cu_matvec                          */
-    int prefetch;          /* set by mu_cu_matvec: prefetch level (see below) */
-    int stage_act;         /* set by mu_cu_matvec: int8 input staged in shared memory */
+    int prefetch;          /* set by mu_cu_matvec: prefetch before the wait (see below) */
+    unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
     /* GATEUP */
@@ -162,6 +182,7 @@ typedef struct mu_cu_mv {
     float logit_scale, softcap;
     unsigned long long *best;  /* packed (ordered key, ~index), zeroed by the embed kernel */
     const mu_cu_rec_hdr *hdr;  /* temperature and seed of the step                     */
+    int64_t vocab0;            /* global index of row 0 (a tensor-parallel rank's slice) */
     uint64_t step;
 } mu_cu_mv;
 
@@ -186,20 +207,6 @@ MU_CU_HD static inline int mu_cu_attn_splits(int64_t n, int cap) {
     return (int)(s < cap ? s : cap);
 }
 
-typedef struct mu_cu_qkv_post {
-    int T, layer;
-    int n_head, n_head_kv, head_dim, n_rot;
-    int neox;              /* rope pairing                               */
-    int use_rope, base_index;
-    const float *q, *k, *v;       /* raw projections [T][..]               */
-    int64_t q_stride, kv_stride;  /* elements between tokens               */
-    const float *q_norm, *k_norm; /* [head_dim] or NULL                    */
-    float eps;
-    float *qn;             /* [T][n_head][head_dim]                       */
-    void *kc, *vc;
-    int kv_f32;
-    mu_cu_recs recs;
-} mu_cu_qkv_post;
 
 typedef struct mu_cu_reduce {
     int T, n_head, head_dim, split_cap, layer;
@@ -218,14 +225,20 @@ bool mu_cu_get_pdl(void);
  * cap on its blocks in all (0: none; tests use it to give each warp many rows). */
 void mu_cu_set_matvec_occupancy(int blocks_per_sm);
 void mu_cu_set_matvec_grid_cap(int blocks);
-/* Matvec prefetch: 0 none, 1 (default) the scale / high-bit streams one
- * batch ahead into L1, 2 that and whole rows one row ahead into L2. */
+/* Matvec prefetch before griddepcontrol.wait: 0 (default) only the first
+ * batch into registers; 1 also each warp's next row-dots into L2 (bulk
+ * prefetch), while the previous kernel drains. */
 void mu_cu_set_matvec_prefetch(int level);
-/* Fast lane: stage the int8 input vector in shared memory (default on). */
-void mu_cu_set_matvec_stage(bool on);
+/* Experiments of the A/B lab: leave out a part of the matvec kernels to
+ * time what it costs (the results are then wrong). */
+enum { MU_CU_LAB_NO_GROUP_QUANT = 1, MU_CU_LAB_NO_TAIL = 2, MU_CU_LAB_NO_STAGE = 4 };
+void mu_cu_set_matvec_lab(unsigned flags);
+unsigned mu_cu_get_matvec_lab(void);
 
-/* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams. */
-cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, cudaStream_t s);
+/* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams;
+ * src_stride: bytes between the staged rows (0: the rows are contiguous). */
+cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int64_t nrows, int64_t src_stride,
+                         cudaStream_t s);
 /* Rows [r0, r0+nrows) dequantized into dst (f16 when to_f16, else f32), row-major [nrows][cols]. */
 cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t nrows, void *dst, bool to_f16, cudaStream_t s);
 

@@ -75,7 +75,7 @@ int make_weight(Pool &pool, uint32_t type, const void *raw, int64_t rows, int64_
         TCK(cudaMemcpy((void *)w->qs, raw, raw_bytes, cudaMemcpyHostToDevice));
     } else {
         uint8_t *stage = pool.up((const uint8_t *)raw, raw_bytes);
-        TCK(mu_cu_repack(w, stage, 0, rows, 0));
+        TCK(mu_cu_repack(w, stage, 0, rows, 0, 0));
     }
     TCK(cudaDeviceSynchronize());
     return 0;
@@ -230,12 +230,7 @@ extern "C" int mu_cuda_test_matvec_resnorm(uint32_t type, const void *raw, int64
         TCK(cudaDeviceSynchronize());
     }
     /* the parts the kernel used (as mu_cu_matvec picks them), summed in order */
-    const int units = mu_cu_units(type, cols);
-    int parts = units / 200;
-    while (parts > 1 && units % parts) parts--;
-    if (parts < 1) parts = 1;
-    if (parts > 8) parts = 8;
-    while (parts > 1 && units % parts) parts--;
+    const int parts = mu_cu_mv_parts(type, cols);
     std::vector<float> yp((size_t)n * parts);
     RCK(down(yp.data(), a.seg[0].y, (size_t)n * parts));
     for (int64_t i = 0; i < n; i++) {
@@ -422,6 +417,116 @@ extern "C" int mu_cuda_test_attention(const mu_cuda_test_attn *t) {
     if (t->out_q) {
         RCK(down(t->out_q, r.out.q, (size_t)T * H * 128));
         RCK(down(t->out_ds, r.out.ds, (size_t)T * H * 16));
+    }
+    return 0;
+}
+
+/* ---- the K-quant layout on the CPU (no GPU needed) -------------------------------------
+ * Repacks random blocks as the upload does, then runs every lane-block's
+ * loads (as kq_load reads them) through the lanes' dequantization (must be
+ * bit-exact with the CPU's), the fast-lane dot (int8 activations) and the
+ * exact-lane dot (f32), against references computed from the CPU's
+ * dequantized row. */
+namespace {
+
+/* functors for the lanes' callbacks (host and device callable) */
+struct PutAt {
+    float *out;
+    __host__ __device__ void operator()(int e, float v) const { out[e] = v; }
+};
+struct XAt {
+    const float *x;
+    __host__ __device__ float operator()(int i) const { return x[i]; }
+};
+
+template <uint32_t T>
+KqLane<kq_u4> host_lane(const uint8_t *qs, const uint8_t *qh, const uint8_t *meta, const uint16_t *d, int b, int c0) {
+    KqLane<kq_u4> L;
+    memset(&L, 0, sizeof L);
+    for (int i = 0; i < 4; i++) memcpy(&L.q[i], qs + kq_qs_off(b, c0, i), 16);
+    if (T == MU_TYPE_Q6_K) {
+        memcpy(&L.m, meta + 16 * b + 8 * c0, 8);
+        memcpy(&L.h[0], qh + 64 * b + 32 * c0, 16);
+        memcpy(&L.h[1], qh + 64 * b + 32 * c0 + 16, 16);
+        L.d = d[b];
+    } else {
+        memcpy(&L.m, meta + 16 * b, 16);
+        if (T == MU_TYPE_Q5_K) memcpy(&L.h[0], qh + 32 * b + 16 * c0, 16);
+    }
+    return L;
+}
+
+template <uint32_t T>
+int selftest_type(uint64_t *rng, char *msg, size_t cap) {
+    const int nb = 3, cols = 256 * nb;
+    const int bb = T == MU_TYPE_Q4_K ? 144 : (T == MU_TYPE_Q5_K ? 176 : 210);
+    int qhb = 0, metab = 0, db = 0;
+    kq_streams(T, qhb, metab, db);
+    std::vector<uint8_t> raw((size_t)nb * bb), qs((size_t)nb * 128), qh((size_t)nb * 64 + 16), meta((size_t)nb * 16);
+    std::vector<uint16_t> d((size_t)nb);
+    std::vector<float> ref(cols), out(cols), x(cols), dx(cols / 16);
+    std::vector<int8_t> xq(cols);
+    if (mu_random_blocks(T, raw.data(), cols, rng, 0.05f) != 0) return snprintf(msg, cap, "random blocks"), 1;
+    mu_dequant_row(T, raw.data(), ref.data(), cols);
+    for (int b = 0; b < nb; b++)
+        kq_repack_block(T, raw.data() + (size_t)b * bb, qs.data() + 128 * b, qh.data() + (size_t)qhb * b,
+                        meta.data() + 16 * b, d.data() + b);
+    for (int i = 0; i < cols; i++) {
+        out[i] = NAN;
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        xq[i] = (int8_t)((int)((*rng >> 33) % 255) - 127);
+        x[i] = (float)((int)((*rng >> 20) % 2001) - 1000) * 1e-3f;
+    }
+    for (int g = 0; g < cols / 16; g++) dx[g] = 0.001f + 0.0001f * (float)(g % 7);
+    double fast = 0, exact = 0, rfast = 0, rexact = 0, mag_f = 0, mag_e = 0;
+    for (int i = 0; i < cols; i++) {
+        const double xt = (double)dx[i / 16] * xq[i];
+        rfast += (double)ref[i] * xt, mag_f += fabs((double)ref[i] * xt);
+        rexact += (double)ref[i] * x[i], mag_e += fabs((double)ref[i] * x[i]);
+    }
+    for (int b = 0; b < nb; b++)
+        for (int c0 = 0; c0 < 2; c0++) {
+            const KqLane<kq_u4> L = host_lane<T>(qs.data(), qh.data(), meta.data(), d.data(), b, c0);
+            kq_dequant<T>(L, c0, PutAt{out.data() + 256 * b});
+            kq_act a;
+            memset(&a, 0, sizeof a);
+            for (int cc = 0; cc < 2; cc++) {
+                const int X = c0 + 2 * cc;
+                for (int t = 0; t < 4; t++) {
+                    const int g = 16 * b + 4 * X + t;
+                    memcpy(&a.xa[cc][t], xq.data() + 16 * g, 16);
+                    a.dx[4 * cc + t] = dx[g];
+                    int s = 0;
+                    for (int i = 0; i < 16; i++) s += xq[16 * g + i];
+                    a.asum[4 * cc + t] = s;
+                }
+                for (int s2 = 0; s2 < 2; s2++) {
+                    float S = 0;
+                    for (int t = 2 * s2; t < 2 * s2 + 2; t++) S += dx[16 * b + 4 * X + t] * (float)a.asum[4 * cc + t];
+                    a.S[2 * cc + s2] = S;
+                }
+            }
+            fast += kq_dot_fast<T>(L, c0, a);
+            exact += kq_dot_exact<T>(L, c0, XAt{x.data() + 256 * b});
+        }
+    int bad = 0;
+    for (int i = 0; i < cols; i++) bad += !(out[i] == ref[i]);
+    if (bad) return snprintf(msg, cap, "%s: %d of %d dequantized values differ from the CPU's", mu_type_name(T), bad, cols), 1;
+    if (!(fabs(fast - rfast) <= 2e-5 * mag_f + 1e-6))
+        return snprintf(msg, cap, "%s: fast-lane dot %.9g, reference %.9g", mu_type_name(T), fast, rfast), 1;
+    if (!(fabs(exact - rexact) <= 2e-5 * mag_e + 1e-6))
+        return snprintf(msg, cap, "%s: exact-lane dot %.9g, reference %.9g", mu_type_name(T), exact, rexact), 1;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int mu_cuda_selftest_kq(char *msg, size_t cap) {
+    uint64_t rng = 0x1234567ull;
+    for (int rep = 0; rep < 20; rep++) {
+        if (selftest_type<MU_TYPE_Q4_K>(&rng, msg, cap)) return 1;
+        if (selftest_type<MU_TYPE_Q5_K>(&rng, msg, cap)) return 1;
+        if (selftest_type<MU_TYPE_Q6_K>(&rng, msg, cap)) return 1;
     }
     return 0;
 }

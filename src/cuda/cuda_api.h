@@ -32,17 +32,6 @@ int mu_cuda_set_synthetic_depth(mu_backend *b, int64_t depth, uint64_t seed);
  * plus bytes written (GB/s), the median of `reps` copies. */
 int mu_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps);
 
-/* Per-op-family profile of one decode step, launched op by op with events
- * between families (no graph). */
-typedef struct mu_cuda_prof {
-    const char *family;
-    int launches;     /* per token */
-    double bytes;     /* bytes read from weights and KV per token */
-    double ms;        /* time per token */
-} mu_cuda_prof;
-#define MU_CUDA_PROF_MAX 12
-int mu_cuda_profile_decode(mu_backend *b, muser_token token, int pos, int reps, mu_cuda_prof *rows, int *n_rows);
-
 /* Kernel launches per decoded token (the design variable). */
 int mu_cuda_launches_per_token(const mu_backend *b);
 /* Weight bytes on the device that one decoded token streams. */

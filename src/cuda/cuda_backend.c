@@ -65,10 +65,19 @@ typedef struct cu_layer {
     int base_index;
 } cu_layer;
 
-enum { PF_EMBED, PF_QKVG, PF_QKPOST, PF_ATTN, PF_REDUCE, PF_WO, PF_GATEUP, PF_DOWN, PF_HEAD, PF_COUNT };
+enum { PF_EMBED, PF_QKVG, PF_QKPOST, PF_ATTN, PF_REDUCE, PF_WO, PF_GATEUP, PF_DOWN, PF_HEAD, PF_ALLREDUCE, PF_COUNT };
 static const char *pf_names[PF_COUNT] = {"embed+norm", "qkv+gate matvec", "qk-norm+rope+kv", "attention split-K",
-                                         "attn reduce+gate", "wo+resnorm", "ffn gate/up+swiglu", "ffn down+resnorm",
-                                         "lm head+select"};
+                                         "attn reduce+gate", "wo (+resnorm tail)", "ffn gate/up+swiglu",
+                                         "ffn down (+resnorm tail)", "lm head+select", "all-reduce+resnorm (TP)"};
+
+/* Event marks between op families of one decode step (profiling). */
+#define PROF_MAX_EV (4 + 12 * 1024)
+typedef struct prof_state {
+    bool on;
+    cudaEvent_t ev[PROF_MAX_EV];
+    int fam[PROF_MAX_EV];
+    int n;
+} prof_state;
 
 typedef struct cuda_backend {
     mu_backend base;
@@ -118,6 +127,13 @@ typedef struct cuda_backend {
     /* graph */
     cudaGraphExec_t graph;
     bool graph_ready, graph_broken;
+    /* tensor parallel: a rank's Wo and down write partial sums, all-reduced
+     * between the parts of the step, then the residual/norm tail runs */
+    bool tp;
+    int64_t vocab0; /* global index of this rank's first LM-head row */
+    /* muser bench --profile: op by op with events, accumulated per family */
+    prof_state *prof;
+    mu_prof_entry prof_acc[MU_PROF_COUNT];
 } cuda_backend;
 
 /* ---- small helpers ----------------------------------------------------------------- */
@@ -235,29 +251,33 @@ static int read_host(uploader *u, const void *src, uint8_t *dst, size_t n) {
     return 0;
 }
 
+/* A weight's rows from the file to the device, repacked. A column slice
+ * (tensor parallel) keeps its parent's row stride: its rows are read with
+ * that stride and the repack (or a 2-D copy) gathers the slice. */
 static int upload_one(uploader *u, const mu_weight *w, const mu_cu_weight *dw) {
     if (!w->data) return 0;
     const cudaStream_t s = u->b->stream;
     const bool is_float = w->type == MU_TYPE_F32 || w->type == MU_TYPE_F16 || w->type == MU_TYPE_BF16;
+    const uint64_t slice = mu_row_bytes(w->type, w->cols); /* bytes of one row of this weight */
     int64_t rows_per = (int64_t)(STAGE_BYTES / w->row_bytes);
     if (rows_per < 1) return mu_fail(MUSER_EUNSUPPORTED, "%s: a row of %llu bytes exceeds the upload stage", w->name,
                                      (unsigned long long)w->row_bytes);
     for (int64_t r0 = 0; r0 < w->rows; r0 += rows_per) {
         const int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
-        const size_t bytes = (size_t)nr * w->row_bytes;
+        const size_t bytes = (size_t)(nr - 1) * w->row_bytes + slice;
         const int k = u->turn;
         u->turn ^= 1;
         CU_CHECK(cudaEventSynchronize(u->ev[k]));
         RC(read_host(u, (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes, u->pin[k], bytes));
         if (is_float) {
-            CU_CHECK(cudaMemcpyAsync((uint8_t *)dw->qs + (uint64_t)r0 * w->row_bytes, u->pin[k], bytes,
-                                     cudaMemcpyHostToDevice, s));
+            CU_CHECK(cudaMemcpy2DAsync((uint8_t *)dw->qs + (uint64_t)r0 * slice, slice, u->pin[k], w->row_bytes, slice,
+                                       (size_t)nr, cudaMemcpyHostToDevice, s));
         } else {
             CU_CHECK(cudaMemcpyAsync(u->dstage[k], u->pin[k], bytes, cudaMemcpyHostToDevice, s));
-            CU_CHECK(mu_cu_repack(dw, u->dstage[k], r0, nr, s));
+            CU_CHECK(mu_cu_repack(dw, u->dstage[k], r0, nr, (int64_t)w->row_bytes, s));
         }
         CU_CHECK(cudaEventRecord(u->ev[k], s));
-        u->done += bytes;
+        u->done += (uint64_t)nr * slice;
         upload_progress(u, false);
     }
     return 0;
@@ -278,9 +298,10 @@ static int upload_weights(cuda_backend *b) {
     const mu_hparams *hp = &m->hp;
     uint64_t total = weight_dev_bytes(&m->tok_embd) + weight_dev_bytes(&m->output);
     uint64_t file_bytes = m->tok_embd.rows * m->tok_embd.row_bytes + m->output.rows * m->output.row_bytes;
+    /* (row_bytes is the file's stride; a column slice reads a part of each row) */
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
-#define ADD(x) total += weight_dev_bytes(&L->x), file_bytes += L->x.data ? (uint64_t)L->x.rows * L->x.row_bytes : 0;
+#define ADD(x) total += weight_dev_bytes(&L->x), file_bytes += L->x.data ? (uint64_t)L->x.rows * mu_row_bytes(L->x.type, L->x.cols) : 0;
         LAYER_MATS(L, ADD)
 #undef ADD
     }
@@ -487,13 +508,6 @@ static mu_cu_resnorm resnorm_of(const cuda_backend *b, const float *branch, cons
     return rn;
 }
 
-typedef struct prof_state {
-    bool on;
-    cudaEvent_t ev[2 + 8 * 4096];
-    int fam[2 + 8 * 4096];
-    int n;
-} prof_state;
-
 static int prof_mark(cuda_backend *b, prof_state *p, int family) {
     if (!p || !p->on) return 0;
     if (p->n >= (int)(sizeof p->ev / sizeof p->ev[0])) return 0;
@@ -605,75 +619,143 @@ static int run_head_matvec(cuda_backend *b, int row, prof_state *p) {
     a.logit_scale = hp->logit_scale;
     a.softcap = hp->softcap;
     a.best = b->d_best;
+    a.vocab0 = b->vocab0; /* global token ids in the device choice (tensor parallel) */
     a.hdr = (const mu_cu_rec_hdr *)(b->d_rec + (int64_t)row * b->rec_stride);
     RC(prof_mark(b, p, PF_HEAD));
     CU_CHECK(mu_cu_matvec(&a, b->stream));
     return 0;
 }
 
-/* Enqueues one decode step (T = 1) on the stream. */
-static int enqueue_decode(cuda_backend *b, prof_state *p) {
-    const mu_hparams *hp = &b->m->hp;
+/* The decode step (T = 1) in parts: part 0 = embedding and layer 0 up to
+ * Wo; part 2l+1 = layer l's FFN; part 2l+2 = layer l+1 up to Wo; part 2L =
+ * the LM head. A single GPU runs all parts back to back with the tails
+ * fused into Wo and down; a tensor-parallel rank writes partial sums there,
+ * which are all-reduced between the parts (reduce_buffer), and the next
+ * part starts with the residual/norm tail. */
+static int decode_parts(const cuda_backend *b) { return 2 * b->m->hp.n_layer + 1; }
+
+/* Layer l up to Wo (its output in t, or the tail fused). */
+static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     const cudaStream_t s = b->stream;
-    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride, cudaMemcpyHostToDevice, s));
-    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, false);
-    rn.embd_norm = hp->embd_norm;
-    RC(prof_mark(b, p, PF_EMBED));
-    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), 1, rn, b->d_best, s));
+    const cu_layer *D = &b->layers[l];
     const mu_cu_act in_a = act_of(b->ax, b->fast ? b->aq : NULL, b->fast ? b->ads : NULL);
-    for (int l = 0; l < hp->n_layer; l++) {
-        const cu_layer *D = &b->layers[l];
-        mu_cu_mv a;
-        mv_init(&a, b, MU_CU_EPI_STORE, in_a);
-        mv_seg(&a, &D->wq, b->q);
-        mv_seg(&a, &D->wk, b->k);
-        mv_seg(&a, &D->wv, b->v);
-        mv_seg(&a, &D->wgate, b->g);
-        RC(prof_mark(b, p, PF_QKVG));
-        CU_CHECK(mu_cu_matvec(&a, s));
+    mu_cu_mv a;
+    mv_init(&a, b, MU_CU_EPI_STORE, in_a);
+    mv_seg(&a, &D->wq, b->q);
+    mv_seg(&a, &D->wk, b->k);
+    mv_seg(&a, &D->wv, b->v);
+    mv_seg(&a, &D->wgate, b->g);
+    RC(prof_mark(b, p, PF_QKVG));
+    CU_CHECK(mu_cu_matvec(&a, s));
+    /* (fusing this into the matvec's epilogue was measured 2.5% slower:
+     * a fence and an atomic per q/k row) */
+    mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
+    RC(prof_mark(b, p, PF_QKPOST));
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+    RC(run_attention(b, l, 1, p, false));
 
-        mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
-        RC(prof_mark(b, p, PF_QKPOST));
-        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-        RC(run_attention(b, l, 1, p, false));
+    mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
+            act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
+    mv_seg(&a, &D->wo, b->t);
+    a.rn = resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, false);
+    a.rn.out.x = b->ax2;
+    a.rn.out.q = b->fast ? b->aq2 : NULL;
+    a.rn.out.ds = b->fast ? b->ads2 : NULL;
+    a.counter = b->counters + 2 * l;
+    RC(prof_mark(b, p, PF_WO));
+    CU_CHECK(mu_cu_matvec(&a, s));
+    return 0;
+}
 
-        mv_init(&a, b, MU_CU_EPI_RESNORM, act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
-        mv_seg(&a, &D->wo, b->t);
-        a.rn = resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, false);
-        a.rn.out.x = b->ax2;
-        a.rn.out.q = b->fast ? b->aq2 : NULL;
-        a.rn.out.ds = b->fast ? b->ads2 : NULL;
-        a.counter = b->counters + 2 * l;
-        RC(prof_mark(b, p, PF_WO));
-        CU_CHECK(mu_cu_matvec(&a, s));
+/* Layer l's FFN (down's output in t, or the tail fused). */
+static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
+    const cudaStream_t s = b->stream;
+    const mu_hparams *hp = &b->m->hp;
+    const cu_layer *D = &b->layers[l];
+    mu_cu_mv a;
+    mv_init(&a, b, MU_CU_EPI_GATEUP, act_of(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
+    mv_seg(&a, &D->ffn_gate, b->ff);
+    mv_seg(&a, &D->ffn_up, b->fu);
+    a.gu.x = b->ff;
+    a.gu.q = b->fast ? b->fq : NULL;
+    a.gu.ds = b->fast ? b->fds : NULL;
+    a.group_count = b->group_count;
+    RC(prof_mark(b, p, PF_GATEUP));
+    CU_CHECK(mu_cu_matvec(&a, s));
 
-        mv_init(&a, b, MU_CU_EPI_GATEUP, act_of(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
-        mv_seg(&a, &D->ffn_gate, b->ff);
-        mv_seg(&a, &D->ffn_up, b->fu);
-        a.gu.x = b->ff;
-        a.gu.q = b->fast ? b->fq : NULL;
-        a.gu.ds = b->fast ? b->fds : NULL;
-        a.group_count = b->group_count;
-        RC(prof_mark(b, p, PF_GATEUP));
-        CU_CHECK(mu_cu_matvec(&a, s));
+    mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
+            act_of(b->ff, b->fast ? b->fq : NULL, b->fast ? b->fds : NULL));
+    mv_seg(&a, &D->ffn_down, b->t);
+    const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
+    a.rn = resnorm_of(b, b->t, D->post_ffn_norm, next, false);
+    a.counter = b->counters + 2 * l + 1;
+    RC(prof_mark(b, p, PF_DOWN));
+    CU_CHECK(mu_cu_matvec(&a, s));
+    return 0;
+}
 
-        mv_init(&a, b, MU_CU_EPI_RESNORM, act_of(b->ff, b->fast ? b->fq : NULL, b->fast ? b->fds : NULL));
-        mv_seg(&a, &D->ffn_down, b->t);
+/* A rank's partial sums of Wo (E values) or of down (its parts x E). */
+static size_t reduce_count(const cuda_backend *b, int part) {
+    if (part % 2 == 0) return (size_t)b->E;
+    const mu_cu_weight *w = &b->layers[(part - 1) / 2].ffn_down;
+    return (size_t)b->E * (size_t)mu_cu_mv_parts(w->type, w->cols);
+}
+
+/* The residual/norm tail after an all-reduce (tensor parallel). */
+static int enqueue_tp_tail(cuda_backend *b, int part, prof_state *p) {
+    const mu_hparams *hp = &b->m->hp;
+    mu_cu_resnorm rn;
+    if ((part - 1) % 2 == 0) { /* after Wo of layer l: into the FFN's input */
+        const int l = (part - 1) / 2;
+        rn = resnorm_of(b, b->t, b->layers[l].post_attn_norm, b->layers[l].ffn_norm, false);
+        rn.out.x = b->ax2;
+        rn.out.q = b->fast ? b->aq2 : NULL;
+        rn.out.ds = b->fast ? b->ads2 : NULL;
+    } else { /* after down of layer l */
+        const int l = (part - 2) / 2;
         const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
-        a.rn = resnorm_of(b, b->t, D->post_ffn_norm, next, false);
-        a.counter = b->counters + 2 * l + 1;
-        RC(prof_mark(b, p, PF_DOWN));
-        CU_CHECK(mu_cu_matvec(&a, s));
+        rn = resnorm_of(b, b->t, b->layers[l].post_ffn_norm, next, false);
+        const mu_cu_weight *w = &b->layers[l].ffn_down;
+        rn.branch_parts = mu_cu_mv_parts(w->type, w->cols);
     }
+    RC(prof_mark(b, p, PF_ALLREDUCE));
+    CU_CHECK(mu_cu_resnorm_rows(rn, 1, b->stream));
+    return 0;
+}
+
+static int enqueue_decode_part(cuda_backend *b, int part, prof_state *p) {
+    const int L = b->m->hp.n_layer;
+    if (part == 0) {
+        CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride, cudaMemcpyHostToDevice, b->stream));
+        mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, false);
+        rn.embd_norm = b->m->hp.embd_norm;
+        RC(prof_mark(b, p, PF_EMBED));
+        CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), 1, rn, b->d_best, b->stream));
+        return enqueue_attn_block(b, 0, p);
+    }
+    if (b->tp) RC(enqueue_tp_tail(b, part, p));
+    if (part % 2 == 1) return enqueue_ffn_block(b, (part - 1) / 2, p);
+    if (part < 2 * L) return enqueue_attn_block(b, part / 2, p);
     RC(run_head_matvec(b, 0, p));
     RC(prof_mark(b, p, PF_COUNT));
-    CU_CHECK(cudaMemcpyAsync(b->h_best, b->d_best, sizeof(unsigned long long), cudaMemcpyDeviceToHost, s));
     return 0;
+}
+
+/* The host's copy of the chosen token (after the step; TP: after the max). */
+static int enqueue_best_copy(cuda_backend *b) {
+    CU_CHECK(cudaMemcpyAsync(b->h_best, b->d_best, sizeof(unsigned long long), cudaMemcpyDeviceToHost, b->stream));
+    return 0;
+}
+
+/* Enqueues one decode step of a single GPU on the stream. */
+static int enqueue_decode(cuda_backend *b, prof_state *p) {
+    for (int part = 0; part < decode_parts(b); part++) RC(enqueue_decode_part(b, part, p));
+    return enqueue_best_copy(b);
 }
 
 int mu_cuda_launches_per_token(const mu_backend *base) {
     const cuda_backend *b = (const cuda_backend *)base;
-    return 1 + 7 * b->m->hp.n_layer + 1;
+    return 2 + (7 + (b->tp ? 2 : 0)) * b->m->hp.n_layer; /* + embedding, LM head */
 }
 
 uint64_t mu_cuda_weight_bytes(const mu_backend *base) {
@@ -681,8 +763,46 @@ uint64_t mu_cuda_weight_bytes(const mu_backend *base) {
     return b->token_bytes;
 }
 
-/* Runs the decode step: the captured graph when possible, else op by op. */
+/* Bytes each profile family reads per decoded token at position pos. */
+static void prof_bytes(const cuda_backend *b, int pos, double *fb) {
+    const mu_hparams *hp = &b->m->hp;
+    for (int f = 0; f < PF_COUNT; f++) fb[f] = 0;
+    fb[PF_EMBED] = (double)b->m->tok_embd.row_bytes;
+    fb[PF_HEAD] = (double)b->output.bytes;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *D = &b->layers[l];
+        fb[PF_QKVG] += (double)(D->wq.bytes + D->wk.bytes + D->wv.bytes + D->wgate.bytes);
+        fb[PF_WO] += (double)D->wo.bytes;
+        fb[PF_GATEUP] += (double)(D->ffn_gate.bytes + D->ffn_up.bytes);
+        fb[PF_DOWN] += (double)D->ffn_down.bytes;
+        fb[PF_ATTN] += 2.0 * (double)mu_layer_visible(hp, &b->m->layers[l], pos) * (double)b->KVD * (double)b->kv_elem;
+    }
+}
+
+/* After a profiled step: event times per family into the accumulators. */
+static int prof_collect(cuda_backend *b, int pos) {
+    prof_state *ps = b->prof;
+    double fb[PF_COUNT];
+    prof_bytes(b, pos, fb);
+    bool seen[PF_COUNT] = {false};
+    for (int i = 0; i + 1 < ps->n; i++) {
+        float ms = 0.f;
+        CU_CHECK(cudaEventElapsedTime(&ms, ps->ev[i], ps->ev[i + 1]));
+        mu_prof_entry *e = &b->prof_acc[ps->fam[i]];
+        e->ns += (uint64_t)(ms * 1e6);
+        e->calls++;
+        if (!seen[ps->fam[i]]) e->bytes += (uint64_t)fb[ps->fam[i]], seen[ps->fam[i]] = true;
+    }
+    return 0;
+}
+
+/* Runs the decode step: the captured graph when possible, else op by op
+ * (always op by op with events while profiling). */
 static int run_decode(cuda_backend *b) {
+    if (b->prof && b->prof->on) {
+        b->prof->n = 0;
+        return enqueue_decode(b, b->prof);
+    }
     if (b->use_graph && !b->graph_broken) {
         if (!b->graph_ready) {
             cudaGraph_t graph = NULL;
@@ -817,6 +937,7 @@ static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int 
     if (T == 1) {
         RC(run_decode(b));
         RC(sync_checked(b));
+        if (b->prof && b->prof->on) RC(prof_collect(b, pos0));
         return copy_logits(b, b->logits, 1, logits);
     }
     RC(run_prefill(b, T, all_logits));
@@ -830,6 +951,7 @@ int mu_cuda_decode_select(mu_backend *base, muser_token token, int pos, float te
     RC(fill_records(b, &token, 1, pos, temperature, seed));
     RC(run_decode(b));
     RC(sync_checked(b));
+    if (b->prof && b->prof->on) RC(prof_collect(b, pos));
     const unsigned long long best = *b->h_best;
     *next = (muser_token)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFull));
     if (logits) RC(copy_logits(b, b->logits, 1, logits));
@@ -869,6 +991,11 @@ static void cuda_free(mu_backend *base) {
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
     if (b->graph) cudaGraphExecDestroy(b->graph);
+    if (b->prof) {
+        for (int i = 0; i < PROF_MAX_EV; i++)
+            if (b->prof->ev[i]) cudaEventDestroy(b->prof->ev[i]);
+        free(b->prof);
+    }
     if (b->layers) {
         for (int l = 0; l < b->m->hp.n_layer; l++) {
             cu_layer *D = &b->layers[l];
@@ -973,6 +1100,12 @@ static int cuda_checkpoint_restore(mu_backend *base, const void *blob, size_t si
     return 0;
 }
 
+static int cuda_fill_kv(mu_backend *base, int depth, uint64_t seed);
+static const mu_prof_entry *cuda_profile(mu_backend *base, bool on);
+static const char *cuda_profile_name(mu_backend *base, int family);
+static int cuda_membw(mu_backend *base, double *gbps, const char **what);
+static const char *cuda_describe_op(mu_backend *base);
+
 static const mu_backend_ops cuda_ops = {
     .name = "cuda",
     .forward = cuda_forward,
@@ -981,6 +1114,11 @@ static const mu_backend_ops cuda_ops = {
     .free = cuda_free,
     .checkpoint_save = cuda_checkpoint_save,
     .checkpoint_restore = cuda_checkpoint_restore,
+    .fill_kv = cuda_fill_kv,
+    .profile = cuda_profile,
+    .profile_name = cuda_profile_name,
+    .membw = cuda_membw,
+    .describe = cuda_describe_op,
 };
 
 /* What the backend cannot run, as a message; NULL when it can. */
@@ -1013,9 +1151,12 @@ static int check_model(const mu_model *m) {
     return 0;
 }
 
-int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
+/* One GPU's backend. tp: a tensor-parallel rank (m is its shard: heads,
+ * FFN slice and LM-head rows; vocab0 its first vocabulary row), which
+ * decodes only (no prefill weight cache). */
+static int rank_new(const mu_model *m, const mu_session_config *cfg, int device, bool tp, int64_t vocab0,
+                    cuda_backend **out) {
     *out = NULL;
-    RC(mu_cuda_probe());
     RC(check_model(m));
     const mu_hparams *hp = &m->hp;
     cuda_backend *b = calloc(1, sizeof *b);
@@ -1039,16 +1180,19 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     b->F = hp->n_ff;
     b->V = hp->n_vocab;
     b->token_bytes = m->weight_bytes_per_token;
+    b->device = device;
+    b->tp = tp;
+    b->vocab0 = vocab0;
     int rc = 0;
 #define TRY(x)               \
     do {                     \
         if (!rc) rc = (x);   \
     } while (0)
-    if (cfg->gpus > 1) mu_warn("cuda: %d GPUs asked for; this backend uses one", cfg->gpus);
-    TRY(cudaSetDevice(0) == cudaSuccess ? 0 : mu_fail(MUSER_EBACKEND, "cannot select GPU 0"));
+    TRY(cudaSetDevice(device) == cudaSuccess ? 0 : mu_fail(MUSER_EBACKEND, "cannot select GPU %d", device));
     struct cudaDeviceProp prop;
     memset(&prop, 0, sizeof prop);
-    TRY(cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? 0 : mu_fail(MUSER_EBACKEND, "cannot query GPU 0"));
+    TRY(cudaGetDeviceProperties(&prop, device) == cudaSuccess ? 0
+                                                              : mu_fail(MUSER_EBACKEND, "cannot query GPU %d", device));
     TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking) == cudaSuccess
             ? 0 : mu_fail(MUSER_EBACKEND, "cannot create a CUDA stream"));
     TRY(cublasCreate(&b->blas) == CUBLAS_STATUS_SUCCESS ? 0 : mu_fail(MUSER_EBACKEND, "cannot initialize cuBLAS"));
@@ -1093,9 +1237,9 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     const uint64_t need = wdev + kv_bytes + act_bytes + (256u << 20);
     if (!rc && need > free_b)
         rc = mu_fail(MUSER_EBACKEND,
-                     "too little GPU memory: the model needs %.2f GB (weights %.2f, KV %.2f, buffers %.2f), GPU 0 (%s) "
+                     "too little GPU memory: the model needs %.2f GB (weights %.2f, KV %.2f, buffers %.2f), GPU %d (%s) "
                      "has %.2f GB free",
-                     need / 1e9, wdev / 1e9, kv_bytes / 1e9, act_bytes / 1e9, prop.name, free_b / 1e9);
+                     need / 1e9, wdev / 1e9, kv_bytes / 1e9, act_bytes / 1e9, device, prop.name, free_b / 1e9);
 
     b->layers = calloc((size_t)hp->n_layer, sizeof(cu_layer));
     b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
@@ -1180,8 +1324,8 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     if (!rc && (cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
                 cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess))
         rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
-    if (!rc && b->fast) rc = build_prefill_cache(b);
-    if (!rc && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
+    if (!rc && b->fast && !tp) rc = build_prefill_cache(b);
+    if (!rc && !tp && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
     if (!rc && b->fast && b->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
     if (!rc) rc = sync_checked(b);
 #undef TRY
@@ -1196,6 +1340,27 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
              b->mv_occupancy, b->f16bytes ? "on" : "off");
+    *out = b;
+    return 0;
+}
+
+#ifdef MUSER_HAVE_NCCL
+static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+#endif
+
+int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
+    *out = NULL;
+    RC(mu_cuda_probe());
+    if (cfg->gpus >= 1) {
+#ifdef MUSER_HAVE_NCCL
+        return tp_new(m, cfg, out);
+#else
+        return mu_fail(MUSER_EUNSUPPORTED, "--gpus %d: this build has no NCCL (nccl.h was not found at build time)",
+                       cfg->gpus);
+#endif
+    }
+    cuda_backend *b = NULL;
+    RC(rank_new(m, cfg, 0, false, 0, &b));
     *out = &b->base;
     return 0;
 }
@@ -1281,56 +1446,387 @@ int mu_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps) {
     return 0;
 }
 
-int mu_cuda_profile_decode(mu_backend *base, muser_token token, int pos, int reps, mu_cuda_prof *rows, int *n_rows) {
+/* ---- muser bench hooks ------------------------------------------------------------------ */
+
+static int cuda_fill_kv(mu_backend *base, int depth, uint64_t seed) {
+    return mu_cuda_set_synthetic_depth(base, depth, seed);
+}
+
+/* Profiling runs the decode step op by op with an event between op
+ * families (no graph: PDL overlap and launch gaps show up in the times). */
+static const mu_prof_entry *cuda_profile(mu_backend *base, bool on) {
     cuda_backend *b = (cuda_backend *)base;
-    const mu_hparams *hp = &b->m->hp;
-    static prof_state ps;
-    memset(&ps, 0, sizeof ps);
-    ps.on = true;
-    const int n_ev = 2 + 8 * hp->n_layer + 4;
-    if (n_ev > (int)(sizeof ps.ev / sizeof ps.ev[0])) return mu_fail(MUSER_EUNSUPPORTED, "too many layers to profile");
-    for (int i = 0; i < n_ev; i++) CU_CHECK(cudaEventCreate(&ps.ev[i]));
-    double fam_ms[PF_COUNT] = {0};
-    int fam_n[PF_COUNT] = {0};
-    int rc = 0;
-    for (int r = 0; r < reps + 1 && !rc; r++) {
-        ps.n = 0;
-        rc = fill_records(b, &token, 1, pos, 0.0f, 0);
-        if (!rc) rc = enqueue_decode(b, &ps);
-        if (!rc) rc = sync_checked(b);
-        if (!rc) rc = cuda_truncate(base, pos); /* the same step again */
-        if (rc || r == 0) continue;             /* first run: warm-up */
-        for (int i = 0; i + 1 < ps.n; i++) {
-            float ms = 0.f;
-            cudaEventElapsedTime(&ms, ps.ev[i], ps.ev[i + 1]);
-            fam_ms[ps.fam[i]] += ms / reps;
-            if (r == 1) fam_n[ps.fam[i]]++;
+    if (on) {
+        if (!b->prof) {
+            prof_state *ps = calloc(1, sizeof *ps);
+            if (!ps) return NULL;
+            const int n_ev = 12 * b->m->hp.n_layer + 8 < PROF_MAX_EV ? 12 * b->m->hp.n_layer + 8 : PROF_MAX_EV;
+            for (int i = 0; i < n_ev; i++)
+                if (cudaEventCreate(&ps->ev[i]) != cudaSuccess) {
+                    for (int j = 0; j < i; j++) cudaEventDestroy(ps->ev[j]);
+                    free(ps);
+                    return NULL;
+                }
+            b->prof = ps;
         }
+        memset(b->prof_acc, 0, sizeof b->prof_acc);
     }
-    for (int i = 0; i < n_ev; i++) cudaEventDestroy(ps.ev[i]);
-    if (rc) return rc;
-    /* bytes per family */
-    double fb[PF_COUNT] = {0};
-    fb[PF_EMBED] = (double)b->m->tok_embd.row_bytes;
-    fb[PF_HEAD] = (double)b->output.bytes;
-    for (int l = 0; l < hp->n_layer; l++) {
-        const cu_layer *D = &b->layers[l];
-        fb[PF_QKVG] += (double)(D->wq.bytes + D->wk.bytes + D->wv.bytes + D->wgate.bytes);
-        fb[PF_WO] += (double)D->wo.bytes;
-        fb[PF_GATEUP] += (double)(D->ffn_gate.bytes + D->ffn_up.bytes);
-        fb[PF_DOWN] += (double)D->ffn_down.bytes;
-        fb[PF_ATTN] += 2.0 * (double)mu_layer_visible(hp, &b->m->layers[l], pos) * (double)b->KVD * (double)b->kv_elem;
+    if (b->prof) b->prof->on = on;
+    return b->prof_acc;
+}
+
+static const char *cuda_profile_name(mu_backend *base, int family) {
+    (void)base;
+    return family >= 0 && family < PF_COUNT ? pf_names[family] : NULL;
+}
+
+static int cuda_membw(mu_backend *base, double *gbps, const char **what) {
+    (void)base;
+    *what = "device-to-device copy, bytes read + written (2 GB per copy, median of 20)";
+    return mu_cuda_copy_bandwidth((size_t)2 << 30, 20, gbps);
+}
+
+static const char *cuda_describe_op(mu_backend *base) { return mu_cuda_describe(base); }
+
+/* ---- tensor parallel over NCCL (--gpus N) ------------------------------------------------
+ * One process, one thread, one stream per GPU. Each rank is a cuda_backend
+ * over its shard of the model (engine/tp.h: its query heads and the KV
+ * heads they read, a slice of the FFN, rows of the LM head), built from
+ * views of the file's tensors. The decode step runs part by part on every
+ * rank; between parts one all-reduce (sum) of the partial outputs of Wo or
+ * of ffn down, after which each rank runs the residual/norm tail; after the
+ * LM head one all-reduce (max) of the packed (logit, ~index) keys chooses
+ * the token. The whole step is captured as one CUDA graph per GPU with the
+ * NCCL calls inside; a failed capture falls back to launching op by op.
+ * With N = 1 the same code runs over a communicator of size 1. Chunks of
+ * several tokens are decoded token by token (no tensor-parallel prefill).
+ *
+ * NCCL is loaded at run time (dlopen): a build with nccl.h runs on machines
+ * without the library, where only --gpus fails, with a clear message. */
+#ifdef MUSER_HAVE_NCCL
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include "engine/tp.h"
+
+typedef struct nccl_api {
+    void *lib;
+    ncclResult_t (*CommInitAll)(ncclComm_t *, int, const int *);
+    ncclResult_t (*CommDestroy)(ncclComm_t);
+    ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*GroupStart)(void);
+    ncclResult_t (*GroupEnd)(void);
+    const char *(*GetErrorString)(ncclResult_t);
+    ncclResult_t (*GetVersion)(int *);
+} nccl_api;
+static nccl_api g_nccl;
+
+#define NCCL_CHECK(call)                                                                                     \
+    do {                                                                                                     \
+        ncclResult_t r_ = (call);                                                                            \
+        if (r_ != ncclSuccess)                                                                               \
+            return mu_fail(MUSER_EBACKEND, "%s:%d: %s: %s", __FILE__, __LINE__, #call, g_nccl.GetErrorString(r_)); \
+    } while (0)
+
+static int nccl_load(void) {
+    if (g_nccl.lib) return 0;
+    const char *names[3] = {getenv("MUSER_NCCL_LIB"), "libnccl.so.2", "libnccl.so"};
+    void *lib = NULL;
+    for (int i = 0; i < 3 && !lib; i++)
+        if (names[i] && *names[i]) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return mu_fail(MUSER_EBACKEND, "--gpus needs NCCL, and libnccl.so.2 could not be loaded (%s); put its folder in "
+                                       "LD_LIBRARY_PATH or name the file in MUSER_NCCL_LIB",
+                       dlerror());
+    nccl_api a = {lib, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    *(void **)&a.CommInitAll = dlsym(lib, "ncclCommInitAll");
+    *(void **)&a.CommDestroy = dlsym(lib, "ncclCommDestroy");
+    *(void **)&a.AllReduce = dlsym(lib, "ncclAllReduce");
+    *(void **)&a.GroupStart = dlsym(lib, "ncclGroupStart");
+    *(void **)&a.GroupEnd = dlsym(lib, "ncclGroupEnd");
+    *(void **)&a.GetErrorString = dlsym(lib, "ncclGetErrorString");
+    *(void **)&a.GetVersion = dlsym(lib, "ncclGetVersion");
+    if (!a.CommInitAll || !a.CommDestroy || !a.AllReduce || !a.GroupStart || !a.GroupEnd || !a.GetErrorString ||
+        !a.GetVersion) {
+        dlclose(lib);
+        return mu_fail(MUSER_EBACKEND, "the NCCL library found lacks the functions Muser calls");
     }
-    int n = 0;
-    for (int f = 0; f < PF_COUNT; f++) {
-        rows[n].family = pf_names[f];
-        rows[n].launches = fam_n[f];
-        rows[n].bytes = fb[f];
-        rows[n].ms = fam_ms[f];
-        n++;
-    }
-    *n_rows = n;
+    g_nccl = a;
     return 0;
 }
+
+typedef struct tp_backend {
+    mu_backend base;
+    const mu_model *m;
+    int n;
+    cuda_backend *r[MU_TP_MAX_RANKS];
+    mu_model view[MU_TP_MAX_RANKS];
+    ncclComm_t comm[MU_TP_MAX_RANKS];
+    cudaGraphExec_t graph[MU_TP_MAX_RANKS];
+    bool use_graph, graph_ready, graph_broken, prof_on;
+    char desc[640];
+} tp_backend;
+
+/* Rank r's shard as a model: views of the file's tensors, its shapes. */
+static int tp_view(const mu_model *m, const mu_tp_shard *sh, mu_model *v) {
+    const mu_hparams *hp = &m->hp;
+    const int64_t hd = hp->head_dim;
+    *v = *m;
+    v->layers = calloc((size_t)hp->n_layer, sizeof(mu_layer));
+    if (!v->layers) return mu_fail(MUSER_ENOMEM, "out of memory");
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        mu_layer *V = &v->layers[l];
+        *V = *L;
+#define ROWS(x, r0, n) if (L->x.data) V->x = mu_weight_rows(&L->x, r0, n);
+#define COLS(x, c0, n) if (L->x.data) V->x = mu_weight_cols(&L->x, c0, n);
+        ROWS(wq, sh->head0 * hd, sh->n_heads * hd)
+        ROWS(wgate, sh->head0 * hd, sh->n_heads * hd)
+        ROWS(wk, sh->kv_head0 * hd, sh->n_kv_heads * hd)
+        ROWS(wv, sh->kv_head0 * hd, sh->n_kv_heads * hd)
+        COLS(wo, sh->head0 * hd, sh->n_heads * hd)
+        ROWS(ffn_gate, sh->ff0, sh->n_ff)
+        ROWS(ffn_up, sh->ff0, sh->n_ff)
+        COLS(ffn_down, sh->ff0, sh->n_ff)
+#undef ROWS
+#undef COLS
+    }
+    v->output = mu_weight_rows(&m->output, sh->vocab0, sh->n_vocab);
+    v->hp.n_head = sh->n_heads;
+    v->hp.n_head_kv = sh->n_kv_heads;
+    v->hp.n_ff = (int)sh->n_ff;
+    v->hp.n_vocab = (int)sh->n_vocab;
+    v->weight_bytes_per_token = sh->weight_bytes;
+    return 0;
+}
+
+static int tp_set(const cuda_backend *r) {
+    CU_CHECK(cudaSetDevice(r->device));
+    return 0;
+}
+
+/* The step on every rank, part by part, with the all-reduces between. */
+static int tp_enqueue(tp_backend *t) {
+    const int parts = decode_parts(t->r[0]);
+    for (int part = 0; part < parts; part++) {
+        for (int i = 0; i < t->n; i++) {
+            cuda_backend *r = t->r[i];
+            RC(tp_set(r));
+            RC(enqueue_decode_part(r, part, t->prof_on ? r->prof : NULL));
+            RC(prof_mark(r, t->prof_on ? r->prof : NULL, PF_ALLREDUCE));
+        }
+        NCCL_CHECK(g_nccl.GroupStart());
+        for (int i = 0; i < t->n; i++) {
+            cuda_backend *r = t->r[i];
+            if (part + 1 < parts)
+                NCCL_CHECK(g_nccl.AllReduce(r->t, r->t, reduce_count(r, part), ncclFloat32, ncclSum, t->comm[i], r->stream));
+            else /* the packed (logit, ~index) keys: the largest wins everywhere */
+                NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->stream));
+        }
+        NCCL_CHECK(g_nccl.GroupEnd());
+    }
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        RC(prof_mark(t->r[i], t->prof_on ? t->r[i]->prof : NULL, PF_COUNT));
+        RC(enqueue_best_copy(t->r[i]));
+    }
+    return 0;
+}
+
+static int tp_capture(tp_backend *t) {
+    int rc = 0;
+    int begun = 0;
+    for (int i = 0; i < t->n && !rc; i++) {
+        RC(tp_set(t->r[i]));
+        if (cudaStreamBeginCapture(t->r[i]->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) rc = 1;
+        else begun++;
+    }
+    if (!rc) rc = tp_enqueue(t);
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < begun; i++) {
+        cudaGraph_t g = NULL;
+        cudaSetDevice(t->r[i]->device);
+        cudaError_t ei = cudaStreamEndCapture(t->r[i]->stream, &g);
+        if (ei == cudaSuccess && !rc && e == cudaSuccess) ei = cudaGraphInstantiate(&t->graph[i], g, 0);
+        if (ei != cudaSuccess && e == cudaSuccess) e = ei;
+        if (g) cudaGraphDestroy(g);
+    }
+    if (rc || e != cudaSuccess) {
+        mu_warn("cuda: capturing the tensor-parallel step as graphs failed (%s); launching op by op",
+                rc ? muser_last_error() : cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        for (int i = 0; i < t->n; i++)
+            if (t->graph[i]) cudaGraphExecDestroy(t->graph[i]), t->graph[i] = NULL;
+        t->graph_broken = true;
+        return 0;
+    }
+    t->graph_ready = true;
+    return 0;
+}
+
+/* One token on every rank; the chosen token in rank 0's h_best. */
+static int tp_step(tp_backend *t, muser_token token, int pos, float temperature, uint64_t seed) {
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        RC(fill_records(t->r[i], &token, 1, pos, temperature, seed));
+        if (t->prof_on) t->r[i]->prof->n = 0;
+    }
+    if (t->use_graph && !t->prof_on && !t->graph_broken && !t->graph_ready) RC(tp_capture(t));
+    if (t->use_graph && !t->prof_on && t->graph_ready) {
+        for (int i = 0; i < t->n; i++) {
+            RC(tp_set(t->r[i]));
+            CU_CHECK(cudaGraphLaunch(t->graph[i], t->r[i]->stream));
+        }
+    } else {
+        RC(tp_enqueue(t));
+    }
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        RC(sync_checked(t->r[i]));
+        if (t->prof_on) RC(prof_collect(t->r[i], pos));
+    }
+    return 0;
+}
+
+static int tp_logits(tp_backend *t, float *dst) {
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        RC(copy_logits(t->r[i], t->r[i]->logits, 1, dst + t->r[i]->vocab0));
+    }
+    return 0;
+}
+
+static int tp_select(mu_backend *base, muser_token token, int pos, float temperature, uint64_t seed, float *logits,
+                     muser_token *next) {
+    tp_backend *t = (tp_backend *)base;
+    RC(tp_step(t, token, pos, temperature, seed));
+    const unsigned long long best = *t->r[0]->h_best;
+    *next = (muser_token)(0xFFFFFFFFu - (uint32_t)(best & 0xFFFFFFFFull));
+    if (logits) RC(tp_logits(t, logits));
+    return 0;
+}
+
+static int tp_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
+    tp_backend *t = (tp_backend *)base;
+    const size_t V = (size_t)t->m->hp.n_vocab;
+    for (int i = 0; i < T; i++) {
+        RC(tp_step(t, tokens[i], pos0 + i, 0.0f, 0));
+        if (all_logits) RC(tp_logits(t, logits + (size_t)i * V));
+        else if (i == T - 1) RC(tp_logits(t, logits));
+    }
+    return 0;
+}
+
+static int tp_truncate(mu_backend *base, int pos) {
+    tp_backend *t = (tp_backend *)base;
+    for (int i = 0; i < t->n; i++) RC(cuda_truncate(&t->r[i]->base, pos));
+    return 0;
+}
+
+static void tp_reset(mu_backend *base) {
+    tp_backend *t = (tp_backend *)base;
+    for (int i = 0; i < t->n; i++) cuda_reset(&t->r[i]->base);
+}
+
+static void tp_free(mu_backend *base) {
+    tp_backend *t = (tp_backend *)base;
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) {
+        if (!t->r[i]) continue;
+        cudaSetDevice(t->r[i]->device);
+        if (t->graph[i]) cudaGraphExecDestroy(t->graph[i]);
+        if (t->comm[i]) g_nccl.CommDestroy(t->comm[i]);
+        cuda_free(&t->r[i]->base);
+    }
+    for (int i = 0; i < t->n; i++) free(t->view[i].layers);
+    free(t);
+}
+
+static int tp_fill_kv(mu_backend *base, int depth, uint64_t seed) {
+    tp_backend *t = (tp_backend *)base;
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        RC(mu_cuda_set_synthetic_depth(&t->r[i]->base, depth, seed + (uint64_t)i));
+    }
+    return 0;
+}
+
+/* Per-family times of rank 0 (the ranks run in lockstep). */
+static const mu_prof_entry *tp_profile(mu_backend *base, bool on) {
+    tp_backend *t = (tp_backend *)base;
+    const mu_prof_entry *e = NULL;
+    for (int i = 0; i < t->n; i++) {
+        if (tp_set(t->r[i])) return NULL;
+        const mu_prof_entry *ei = cuda_profile(&t->r[i]->base, on);
+        if (!ei) return NULL;
+        if (i == 0) e = ei;
+    }
+    t->prof_on = on;
+    return e;
+}
+
+static int tp_membw(mu_backend *base, double *gbps, const char **what) {
+    tp_backend *t = (tp_backend *)base;
+    RC(tp_set(t->r[0]));
+    return cuda_membw(&t->r[0]->base, gbps, what);
+}
+
+static const char *tp_describe(mu_backend *base) { return ((tp_backend *)base)->desc; }
+
+static const mu_backend_ops tp_ops = {
+    .name = "cuda",
+    .forward = tp_forward,
+    .truncate = tp_truncate,
+    .reset = tp_reset,
+    .free = tp_free,
+    .fill_kv = tp_fill_kv,
+    .profile = tp_profile,
+    .profile_name = cuda_profile_name,
+    .membw = tp_membw,
+    .describe = tp_describe,
+};
+
+static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
+    const int n = cfg->gpus;
+    int present = 0;
+    CU_CHECK(cudaGetDeviceCount(&present));
+    if (n > present)
+        return mu_fail(MUSER_EBACKEND, "--gpus %d: only %d GPU%s present", n, present, present == 1 ? " is" : "s are");
+    mu_tp_shard shards[MU_TP_MAX_RANKS];
+    RC(mu_tp_plan(m, n, shards));
+    RC(nccl_load());
+    /* NVLink multicast (NVLS) can take GPUs that others share out of
+     * service: it stays off in every run unless the caller set it */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    tp_backend *t = calloc(1, sizeof *t);
+    if (!t) return mu_fail(MUSER_ENOMEM, "out of memory");
+    t->base.ops = &tp_ops;
+    t->base.decode_select = tp_select;
+    t->m = m;
+    t->use_graph = env_int("MUSER_CUDA_GRAPH", 1) != 0;
+    int rc = 0;
+    int devs[MU_TP_MAX_RANKS];
+    for (int i = 0; i < n; i++) devs[i] = i;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = tp_view(m, &shards[i], &t->view[i]);
+        t->n = i + 1;
+        if (!rc) rc = rank_new(&t->view[i], cfg, i, true, shards[i].vocab0, &t->r[i]);
+    }
+    if (!rc) {
+        ncclResult_t r = g_nccl.CommInitAll(t->comm, n, devs);
+        if (r != ncclSuccess) rc = mu_fail(MUSER_EBACKEND, "NCCL: ncclCommInitAll over %d GPUs: %s", n, g_nccl.GetErrorString(r));
+    }
+    if (rc) {
+        tp_free(&t->base);
+        return rc;
+    }
+    int ver = 0;
+    g_nccl.GetVersion(&ver);
+    snprintf(t->desc, sizeof t->desc, "%d x [%.400s], tensor parallel over NCCL %d (%.1f GB of weights per GPU per token)",
+             n, t->r[0]->desc, ver, (double)shards[0].weight_bytes / 1e9);
+    *out = &t->base;
+    return 0;
+}
+#endif /* MUSER_HAVE_NCCL */
 
 #endif /* MUSER_HAVE_CUDA */

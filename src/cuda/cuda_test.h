@@ -9,11 +9,17 @@
 #define MU_CUDA_TEST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The K-quant GPU layout and lane arithmetic run on the CPU (cu_kq.cuh):
+ * 0 when they agree with the CPU's dequantization; else 1 and msg says
+ * what differs. Needs no GPU. */
+int mu_cuda_selftest_kq(char *msg, size_t cap);
 
 /* Concatenated-row matvec (one launch) over nseg matrices of the same
  * column count. Fast lane: x is quantized on the device first; the int8

@@ -51,6 +51,14 @@ typedef struct mu_backend_ops {
      * returns them ([MU_PROF_COUNT]). */
     int (*fill_kv)(mu_backend *b, int depth, uint64_t seed);
     const mu_prof_entry *(*profile)(mu_backend *b, bool on);
+    /* Optional, for `muser bench`: the name of profile family f when the
+     * backend has families of its own (NULL: matmuls by weight type, then
+     * the MU_PROF_* rest); the backend's own memory-bandwidth ceiling,
+     * measured now (GB/s), with what was measured (NULL: the host's read
+     * bandwidth applies); one line naming the device and settings. */
+    const char *(*profile_name)(mu_backend *b, int family);
+    int (*membw)(mu_backend *b, double *gbps, const char **what);
+    const char *(*describe)(mu_backend *b);
     /* Ring checkpoints (optional; NULL when the backend never needs them):
      * save copies every sliding ring (bookkeeping and rows) into a blob;
      * restore puts the rings back and cuts the growing planes to pos, the
@@ -106,6 +114,7 @@ int mu_session_fill_kv(muser_session *s, int depth, uint64_t seed);
 /* NULL when the backend has no profiler. */
 const mu_prof_entry *mu_session_profile(muser_session *s, bool on);
 const mu_model *mu_session_model(const muser_session *s);
+mu_backend *mu_session_backend_of(muser_session *s);
 const mu_session_config *mu_session_config_of(const muser_session *s);
 
 /* ---- attention routes ----------------------------------------------------

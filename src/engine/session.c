@@ -343,6 +343,7 @@ const mu_prof_entry *mu_session_profile(muser_session *s, bool on) {
 }
 
 const mu_model *mu_session_model(const muser_session *s) { return s->model; }
+mu_backend *mu_session_backend_of(muser_session *s) { return s->backend; }
 const mu_session_config *mu_session_config_of(const muser_session *s) { return &s->cfg; }
 
 void muser_session_set_checkpoints(muser_session *s, int max) {

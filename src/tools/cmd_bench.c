@@ -32,13 +32,14 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: muser bench -m MODEL [--depths 0,512,2048,8192,32768,131072] [-n TOKENS] [--pp 512]\n"
-            "                   [--threads N] [--lane exact|fast] [--backend cpu] [--kv f16|f32]\n"
+            "                   [--threads N] [--lane exact|fast] [--backend cpu|cuda] [--gpus N] [--kv f16|f32]\n"
             "                   [--json] [--plot FILE.png] [--profile] [--membw-mib MIB]\n"
             "       muser bench --membw [--threads N] [--json] [--membw-mib MIB]\n"
             "Decode tok/s at each KV depth (median over -n tokens, default 16), bytes read per token (the\n"
             "file's tensor types plus the KV read at that depth), achieved GB/s and its share of the\n"
             "machine's read bandwidth (measured every run, %d passes over --membw-mib MiB, default 1024,\n"
-            "with N threads right before each depth, since a shared machine's bandwidth drifts), and\n"
+            "with N threads right before each depth, since a shared machine's bandwidth drifts; with\n"
+            "--backend cuda the GPU's device-to-device copy bandwidth instead), and\n"
             "prefill tok/s for --pp tokens (0: skip). Depths are filled with random finite K/V, no\n"
             "prefill. --profile adds a table per op family. Markdown on stdout; --json prints one object.\n",
             MEMBW_PASSES);
@@ -186,13 +187,32 @@ static int check_memory(const char *path) {
     return 0;
 }
 
+/* Tokens as a generation loop decodes them: each step chooses the next
+ * token (greedy; on the device where the backend can) and feeds it back. */
 static bool decode_tokens(muser_session *s, int n, muser_token tok, double *ms) {
     for (int i = 0; i < n; i++) {
         const double t0 = mu_now_seconds();
-        if (muser_session_feed(s, &tok, 1, false) != 0) return false;
+        muser_token next = 0;
+        if (mu_session_decode_select(s, tok, 0.0f, 0, false, &next) != 0) return false;
         if (ms) ms[i] = 1e3 * (mu_now_seconds() - t0);
+        tok = next;
     }
     return true;
+}
+
+/* The ceiling for each depth: the backend's own (a GPU's device-to-device
+ * copy) when it has one, else the host's read bandwidth, MEMBW_PASSES
+ * passes right before the depth. */
+static int measure_ceiling(muser_session *s, mu_membw_probe *probe, double *bw) {
+    mu_backend *be = mu_session_backend_of(s);
+    if (be->ops->membw) {
+        const char *what = NULL;
+        for (int i = 0; i < MEMBW_PASSES; i++)
+            if (be->ops->membw(be, &bw[i], &what) != 0) return 1;
+        return 0;
+    }
+    mu_membw_probe_run(probe, MEMBW_PASSES, bw);
+    return 0;
 }
 
 static int run_depth(muser_session *s, const mu_model *m, const bench *b, long depth, long measured,
@@ -201,7 +221,7 @@ static int run_depth(muser_session *s, const mu_model *m, const bench *b, long d
     r->depth = depth;
     r->measured_depth = measured;
     double bw[MEMBW_PASSES];
-    mu_membw_probe_run(probe, MEMBW_PASSES, bw);
+    if (measure_ceiling(s, probe, bw)) return 1;
     memcpy(all_bw, bw, sizeof bw);
     const double membw = mu_median(bw, MEMBW_PASSES);
     r->membw = membw;
@@ -260,7 +280,8 @@ static int run_prefill(muser_session *s, const mu_model *m, int pp, double *tok_
     return rc;
 }
 
-static void print_profile(const depth_result *r, int n_gen) {
+static void print_profile(muser_session *s, const depth_result *r, int n_gen) {
+    mu_backend *be = mu_session_backend_of(s);
     printf("\n### Profile at depth %ld (per token, mean of %d tokens; %.1f ms per token with the timers on)\n\n",
            r->measured_depth, n_gen, r->prof_token_ms);
     printf("| op family | calls | bytes | ms | GB/s | share of the token |\n|---|---:|---:|---:|---:|---:|\n");
@@ -271,7 +292,8 @@ static void print_profile(const depth_result *r, int n_gen) {
         char buf[64];
         const double ms = (double)e->ns / 1e6 / n_gen, bytes = (double)e->bytes / n_gen;
         timed += ms;
-        printf("| %s | %.0f | ", family_name(f, buf, sizeof buf), (double)e->calls / n_gen);
+        const char *name = be->ops->profile_name ? be->ops->profile_name(be, f) : NULL;
+        printf("| %s | %.0f | ", name ? name : family_name(f, buf, sizeof buf), (double)e->calls / n_gen);
         if (bytes > 0) printf("%.1f MB | %.2f | %.1f | ", bytes / 1e6, ms, bytes / (ms * 1e6));
         else printf("- | %.2f | - | ", ms);
         printf("%.1f%% |\n", 100 * ms / r->prof_token_ms);
@@ -460,16 +482,28 @@ int cmd_bench(int argc, char **argv) {
                m->arch_name, m->hp.n_layer, (double)mu_model_weight_bytes_per_token(m) / 1e9);
         printf("- lane %s, KV %s, backend %s\n", b.sp.lane == MUSER_LANE_FAST ? "fast" : "exact",
                b.sp.kv_type == MUSER_KV_F32 ? "f32" : "f16", mu_tool_backend_name(muser_session_backend(s)));
-        printf("- memory read bandwidth: %.2f GB/s (median of %d passes over %d MiB with %d threads, %d right before "
-               "each depth; best %.2f); each depth's share uses the passes right before it\n",
-               bw_median, n_bw, b.membw_mib, b.sp.n_threads, MEMBW_PASSES, bw_best);
-        printf("- one parallel region (dispatch + barrier) costs %.2f us with %d threads; decode runs about %d "
-               "per token\n",
-               region_us, b.sp.n_threads, 5 * m->hp.n_layer + 1);
+        mu_backend *be = mu_session_backend_of(s);
+        if (be->ops->describe) printf("- device: %s\n", be->ops->describe(be));
+        if (be->ops->membw) {
+            const char *what = "the backend's bandwidth";
+            double one;
+            be->ops->membw(be, &one, &what);
+            printf("- ceiling: %s, %.1f GB/s (median of the %d measurements, %d right before each depth; best "
+                   "%.1f); each depth's share uses those right before it\n",
+                   what, bw_median, n_bw, MEMBW_PASSES, bw_best);
+        } else {
+            printf("- memory read bandwidth: %.2f GB/s (median of %d passes over %d MiB with %d threads, %d right "
+                   "before each depth; best %.2f); each depth's share uses the passes right before it\n",
+                   bw_median, n_bw, b.membw_mib, b.sp.n_threads, MEMBW_PASSES, bw_best);
+            printf("- one parallel region (dispatch + barrier) costs %.2f us with %d threads; decode runs about %d "
+                   "per token\n",
+                   region_us, b.sp.n_threads, 5 * m->hp.n_layer + 1);
+        }
         printf("- each depth is reached by filling the KV cache with random finite K/V (no prefill), then "
                "decoding 1 warm-up and %d timed tokens (median)\n\n",
                b.n_gen);
-        printf("| depth | tok/s | ms/token | bytes/token | GB/s | read bandwidth | share |\n");
+        printf("| depth | tok/s | ms/token | bytes/token | GB/s | %s | share |\n",
+               be->ops->membw ? "ceiling" : "read bandwidth");
         printf("|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int i = 0; i < b.n_depths; i++) {
             printf("| %ld", res[i].measured_depth);
@@ -479,7 +513,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (b.pp > 0) printf("\nprefill: %d tokens at %.1f tok/s (median of %d)\n", b.pp, pp_tok_s, PREFILL_REPS);
         if (b.profile)
-            for (int i = 0; i < b.n_depths; i++) print_profile(&res[i], b.n_gen);
+            for (int i = 0; i < b.n_depths; i++) print_profile(s, &res[i], b.n_gen);
     }
     if (b.plot) {
         char title[256];

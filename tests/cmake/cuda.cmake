@@ -2,7 +2,20 @@
 # Exits 77 (skipped) on machines without a GPU or builds without nvcc.
 muser_c_test(cuda LABELS cuda TIMEOUT 1200)
 if(MUSER_HAVE_CUDA)
-  # The decode/prefill benchmark (until `muser bench --backend cuda` exists).
+  # The A/B lab (launch and kernel variants in one run); the benchmark
+  # proper is `muser bench --backend cuda`.
   add_executable(bench_cuda tests/bench_cuda.c)
   target_link_libraries(bench_cuda PRIVATE muser_core)
 endif()
+# Tensor parallel (--gpus N) against the single-GPU backend: N = 1 runs the
+# NCCL path over a communicator of size 1; N = 2 is skipped (77) with fewer
+# GPUs present.
+add_executable(test_cuda_tp tests/test_cuda_tp.c tests/testlib.c)
+target_link_libraries(test_cuda_tp PRIVATE muser_core)
+target_include_directories(test_cuda_tp PRIVATE tests)
+target_compile_definitions(test_cuda_tp PRIVATE MUSER_TEST_DATA="${MUSER_TEST_DATA}"
+  MUSER_DEFAULT_DATA_DIR="${MUSER_DEFAULT_DATA_DIR}" MUSER_BIN="$<TARGET_FILE:muser>")
+foreach(n 1 2)
+  add_test(NAME cuda_tp${n} COMMAND test_cuda_tp ${n})
+  set_tests_properties(cuda_tp${n} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda")
+endforeach()
