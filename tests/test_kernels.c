@@ -5,7 +5,8 @@
  *   lengths: 1, 2, 3, ... blocks up to beyond 6656 and 19968 columns (and
  *            past the exact lane's 20480-column segment);
  *   rows:    1..17 (not multiples of any unroll), and tiles of 48/192 rows;
- *   tokens:  1..17 for the prefill matmuls (ragged against the 8-token tiles);
+ *   tokens:  1..17 for the prefill matmuls (ragged against the 8-token tiles),
+ *            and the K-quant prefill kernels on permuted activations;
  *   both lanes; unaligned activation pointers; output strides wider than the
  *   rows (and a guard that nothing outside is written).
  *
@@ -151,25 +152,38 @@ static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
             c->k->matmul_f32[c->type](w, rb, rows, x, n, T, y, ldy);
         }
     }
+    /* the K-quant prefill kernel on the permuted rows, against the same reference */
+    float *y_kp = NULL;
+    if (fast && T > 1 && c->k->matmul_q8_kp[c->type]) {
+        uint8_t *xqp = malloc(xb * (uint64_t)T + 64);
+        for (int64_t t = 0; t < T; t++) mu_act_kq_permute(xq + t * xb, xqp + t * xb, n);
+        y_kp = malloc(sizeof(float) * ylen);
+        for (size_t i = 0; i < ylen; i++) y_kp[i] = -777.0f;
+        c->k->matmul_q8_kp[c->type](w, rb, rows, xqp, xb, n, T, y_kp, ldy);
+        free(xqp);
+    }
     float *view = malloc(sizeof(float) * (size_t)n);
     int bad = 0;
-    for (int64_t t = 0; t < T; t++) {
-        lane_view(fast, x + t * n, xq ? xq + t * xb : NULL, n, view);
-        for (int64_t r = 0; r < rows; r++) {
-            const double m = row_magnitude(c->type, (const uint8_t *)w + r * rb, view, n);
-            const double tol = budget(c->lane ? FAST_K : EXACT_K, n, m);
-            const double d = fabs((double)y[t * ldy + r] - (double)y_ref[t * ldy + r]);
-            if (!(d <= tol) && bad++ < 3)
-                fprintf(stderr, "  %s %s %s n=%lld rows=%lld T=%lld: y[%lld][%lld] = %.9g, ref %.9g (|d| %.3g > %.3g)\n",
-                        c->k->isa, mu_type_name(c->type), c->lane ? "fast" : "exact", (long long)n, (long long)rows,
-                        (long long)T, (long long)t, (long long)r, y[t * ldy + r], y_ref[t * ldy + r], d, tol);
+    for (int pass = 0; pass < (y_kp ? 2 : 1); pass++) {
+        const float *yo = pass ? y_kp : y;
+        for (int64_t t = 0; t < T; t++) {
+            lane_view(fast, x + t * n, xq ? xq + t * xb : NULL, n, view);
+            for (int64_t r = 0; r < rows; r++) {
+                const double m = row_magnitude(c->type, (const uint8_t *)w + r * rb, view, n);
+                const double tol = budget(c->lane ? FAST_K : EXACT_K, n, m);
+                const double d = fabs((double)yo[t * ldy + r] - (double)y_ref[t * ldy + r]);
+                if (!(d <= tol) && bad++ < 3)
+                    fprintf(stderr, "  %s %s %s%s n=%lld rows=%lld T=%lld: y[%lld][%lld] = %.9g, ref %.9g (|d| %.3g > %.3g)\n",
+                            c->k->isa, mu_type_name(c->type), c->lane ? "fast" : "exact", pass ? " (kp)" : "", (long long)n, (long long)rows,
+                            (long long)T, (long long)t, (long long)r, yo[t * ldy + r], y_ref[t * ldy + r], d, tol);
+            }
+            for (int64_t r = rows; r < ldy; r++)
+                if (yo[t * ldy + r] != -777.0f && bad++ < 3) fprintf(stderr, "  wrote outside the rows at [%lld][%lld]\n", (long long)t, (long long)r);
         }
-        for (int64_t r = rows; r < ldy; r++)
-            if (y[t * ldy + r] != -777.0f && bad++ < 3) fprintf(stderr, "  wrote outside the rows at [%lld][%lld]\n", (long long)t, (long long)r);
     }
     CHECKF(bad == 0, "%s %s %s n=%lld rows=%lld T=%lld: %d mismatches", c->k->isa, mu_type_name(c->type),
            c->lane ? "fast" : "exact", (long long)n, (long long)rows, (long long)T, bad);
-    free(view), free(w), free(xbuf), free(xq), free(y_ref), free(y);
+    free(view), free(w), free(xbuf), free(xq), free(y_ref), free(y), free(y_kp);
 }
 
 static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
@@ -192,7 +206,7 @@ static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
                 const bool big = n > 4096;
                 for (int64_t rows = 1; rows <= 17; rows += big ? 8 : 1) check_case(&c, n, rows, 1);
                 /* prefill: ragged token counts against the 8-token tiles */
-                static const int64_t tokens[] = {2, 3, 7, 8, 9, 17};
+                static const int64_t tokens[] = {2, 3, 7, 8, 9, 13, 17};
                 for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++) {
                     if (big && tokens[t] != 9) continue;
                     check_case(&c, n, big ? 5 : 17, tokens[t]);
@@ -339,6 +353,30 @@ static void test_elementwise(const mu_cpu_kernels *ref, const mu_cpu_kernels *k)
     free(buf);
 }
 
+/* ---- the K-quant prefill layout: a permutation, its own inverse --------- */
+
+static void test_kq_permute(void) {
+    static const int64_t lengths[] = {16, 256, 272, 512, 6656};
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        const int64_t n = lengths[li];
+        const uint64_t xb = mu_act_row_bytes(n);
+        float *x = random_floats(n, 1.0f);
+        uint8_t *a = malloc(xb), *p = malloc(xb), *back = malloc(xb);
+        mu_cpu_kernels_scalar()->quantize_act(x, a, n);
+        mu_act_kq_permute(a, p, n);
+        mu_act_kq_permute(p, back, n);
+        CHECKF(memcmp(a, back, xb) == 0, "kq permute n=%lld: not its own inverse", (long long)n);
+        /* spot check: block 0, lane L = 1 (G = 4), unit 2, byte 3 */
+        if (n >= 256) {
+            CHECKF(((const int8_t *)p)[64 * 2 + 4 * 1 + 3] == ((const int8_t *)a)[16 * 4 + 4 * 2 + 3], "kq permute n=%lld: layout",
+                   (long long)n);
+            CHECKF(mu_act_d(p, n)[1] == mu_act_d(a, n)[4] && mu_act_ds(p, n)[1] == mu_act_ds(a, n)[4],
+                   "kq permute n=%lld: scales", (long long)n);
+        }
+        free(x), free(a), free(p), free(back);
+    }
+}
+
 int main(void) {
     const char *q = getenv("MUSER_TEST_QUICK");
     quick = q && *q && strcmp(q, "0") != 0;
@@ -358,6 +396,7 @@ int main(void) {
         test_matvecs(ref, all[i]);
         printf("  %-9s %s\n", all[i]->isa, tl_failed == before ? "ok" : "FAILED");
     }
+    test_kq_permute();
     /* the scalar table against itself: a smoke test of the harness */
     test_elementwise(ref, ref);
     return tl_finish("kernels");

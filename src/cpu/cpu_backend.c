@@ -439,7 +439,7 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
                     nth * b->attn_scratch_floats + 16;
     size_t xq_bytes = T * (size_t)mu_act_row_bytes((int64_t)widest) + 64;
     if (!rc) {
-        b->arena = malloc(floats * sizeof(float) + xq_bytes + 64);
+        b->arena = malloc(floats * sizeof(float) + 2 * xq_bytes + 64);
         if (!b->arena) rc = mu_fail(MUSER_ENOMEM, "out of memory for activations");
     }
     if (rc) {
@@ -465,6 +465,7 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
     p = (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     b->attn_scratch = p, p += nth * b->attn_scratch_floats;
     b->xq = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    b->xqp = b->xq + (xq_bytes - 64 + 63) / 64 * 64;
     *out = &b->base;
     return 0;
 }

@@ -68,6 +68,7 @@ typedef struct cpu_backend {
     float *attn_scratch;     /* [threads][ATTN_SCRATCH] K, V blocks and scores */
     size_t attn_scratch_floats;
     uint8_t *xq;             /* fast lane: [T] quantized input rows (kernels.h) */
+    uint8_t *xqp;            /* the same rows in the K-quant prefill layout     */
     float *batch_logits;     /* batched decode: [rows][n_vocab], grown on use */
     int batch_logits_rows;
 } cpu_backend;

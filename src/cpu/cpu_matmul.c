@@ -49,6 +49,12 @@ static bool fast_job(const cpu_backend *b, const mu_weight *w) {
  * tokens. Each token's numbers are those of its own T = 1 matvec. */
 #define SMALL_T 8
 
+/* Prefill of a K-quant in the fast lane: the kernel on the rows in the
+ * K-quant prefill layout (b->xqp, kernels.h). */
+static bool kp_job(const cpu_backend *b, const mu_weight *w, int T) {
+    return T > SMALL_T && fast_job(b, w) && b->k->matmul_q8_kp[w->type];
+}
+
 static void run_rows_small_t(cpu_backend *b, const mm_job *job, const float *x, int T, int64_t r0, int64_t r1) {
     const mu_weight *w = job->w;
     const int64_t cols = w->cols;
@@ -75,7 +81,9 @@ static void run_rows(cpu_backend *b, const mm_job *job, const float *x, int T, i
         run_rows_small_t(b, job, x, T, r0, r1);
         return;
     }
-    if (fast_job(b, w)) {
+    if (kp_job(b, w, T)) {
+        k->matmul_q8_kp[w->type](rows, w->row_bytes, r1 - r0, b->xqp, mu_act_row_bytes(cols), cols, T, y, w->rows);
+    } else if (fast_job(b, w)) {
         const void *xq = quantized_input(b, 0, cols);
         if (T == 1) k->matvec_q8[w->type](rows, w->row_bytes, r1 - r0, xq, cols, y);
         else k->matmul_q8[w->type](rows, w->row_bytes, r1 - r0, xq, mu_act_row_bytes(cols), cols, T, y, w->rows);
@@ -118,12 +126,16 @@ typedef struct quant_ctx {
     const float *x;
     int T;
     int64_t cols;
+    bool kp; /* also write the K-quant prefill layout */
     _Alignas(64) atomic_int next; /* next unclaimed token */
 } quant_ctx;
 
 static void quantize_tokens(const quant_ctx *c, int t0, int t1) {
-    for (int t = t0; t < t1; t++)
-        c->b->k->quantize_act(c->x + (int64_t)t * c->cols, quantized_input(c->b, t, c->cols), c->cols);
+    for (int t = t0; t < t1; t++) {
+        uint8_t *row = quantized_input(c->b, t, c->cols);
+        c->b->k->quantize_act(c->x + (int64_t)t * c->cols, row, c->cols);
+        if (c->kp) mu_act_kq_permute(row, c->b->xqp + (row - c->b->xq), c->cols);
+    }
 }
 
 static void quant_worker(void *ctx, int ith, int nth) {
@@ -133,10 +145,10 @@ static void quant_worker(void *ctx, int ith, int nth) {
 }
 
 static void quantize_inputs(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int64_t cols) {
-    bool need = false;
-    for (int j = 0; j < n_jobs; j++) need |= fast_job(b, jobs[j].w);
+    bool need = false, kp = false;
+    for (int j = 0; j < n_jobs; j++) need |= fast_job(b, jobs[j].w), kp |= kp_job(b, jobs[j].w, T);
     if (!need) return;
-    quant_ctx c = {b, x, T, cols, 0};
+    quant_ctx c = {b, x, T, cols, kp, 0};
     PROF_BEGIN(b);
     if (T >= 8) mu_pool_run_elastic(b->pool, quant_worker, &c);
     else quantize_tokens(&c, 0, T);

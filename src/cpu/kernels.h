@@ -59,12 +59,29 @@ static inline uint64_t mu_act_row_bytes(int64_t n) { return (uint64_t)n + 8u * (
 static inline const float *mu_act_d(const void *row, int64_t n) { return (const float *)((const int8_t *)row + n); }
 static inline const float *mu_act_ds(const void *row, int64_t n) { return mu_act_d(row, n) + n / MU_ACT_GROUP; }
 
+/* ---- K-quant prefill activations (fast lane) ----------------------------
+ * The K-quant prefill kernels (matmul_q8_kp) take the same rows with each
+ * 256-element block rearranged, so that one integer accumulator per group
+ * can run over the whole block: with G(L) = 4*(L%4) + L/4 (a transpose of
+ * the 16 group indices; G(G(L)) = L),
+ *     qs'[64c + 4L + j] = qs[16*G(L) + 4c + j]   (c, j < 4; L < 16)
+ *     d'[16b + L] = d[16b + G(L)],  ds'[16b + L] = ds[16b + G(L)]
+ * per block b. The values are those of quantize_act, only moved; a tail
+ * of n % 256 elements (and its groups) stays in place. The permutation is
+ * its own inverse. */
+void mu_act_kq_permute(const void *src, void *dst, int64_t n);
+
 typedef struct mu_cpu_kernels {
     const char *isa;                              /* "scalar", "avx2", "avx512bw", "avx512" */
     mu_matvec_f32_fn matvec_f32[MU_TYPE_COUNT];   /* exact lane (and float weights) */
     mu_matvec_q8_fn matvec_q8[MU_TYPE_COUNT];     /* fast lane, NULL: use matvec_f32 */
     mu_matmul_f32_fn matmul_f32[MU_TYPE_COUNT];   /* prefill, exact lane */
     mu_matmul_q8_fn matmul_q8[MU_TYPE_COUNT];     /* prefill, fast lane (NULL with matvec_q8) */
+    /* Prefill, fast lane, K-quants, on rows permuted by mu_act_kq_permute
+     * (NULL: use matmul_q8). Same numbers as matmul_q8 up to the order of
+     * the float sums; its reference is the scalar matmul_q8 on the rows
+     * before the permutation. */
+    mu_matmul_q8_fn matmul_q8_kp[MU_TYPE_COUNT];
     mu_quantize_fn quantize_act;                  /* f32 -> a fast-lane row */
     /* Attention over a block of KV rows for the nq query heads that share
      * one KV head (q: [nq][hd] f32; rows ld floats apart):

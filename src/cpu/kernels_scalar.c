@@ -197,6 +197,24 @@ static void quantize_act(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* The K-quant prefill layout (kernels.h). */
+void mu_act_kq_permute(const void *src, void *dst, int64_t n) {
+    const int8_t *qs = src;
+    int8_t *qd = dst;
+    const float *d = mu_act_d(src, n), *ds = mu_act_ds(src, n);
+    float *dd = (float *)mu_act_d(dst, n), *dds = (float *)mu_act_ds(dst, n);
+    const int64_t nb = n / MU_QK_K, groups = n / MU_ACT_GROUP;
+    for (int64_t b = 0; b < nb; b++)
+        for (int l = 0; l < 16; l++) {
+            const int g = 4 * (l % 4) + l / 4;
+            for (int c = 0; c < 4; c++) memcpy(qd + 256 * b + 64 * c + 4 * l, qs + 256 * b + 16 * g + 4 * c, 4);
+            dd[16 * b + l] = d[16 * b + g];
+            dds[16 * b + l] = ds[16 * b + g];
+        }
+    memcpy(qd + 256 * nb, qs + 256 * nb, (size_t)(n - 256 * nb));
+    for (int64_t g = 16 * nb; g < groups; g++) dd[g] = d[g], dds[g] = ds[g];
+}
+
 /* ---- prefill: one matvec per token -------------------------------------- */
 
 static void matmul_f32_ref(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, int64_t T, float *y,

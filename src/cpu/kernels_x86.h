@@ -20,7 +20,9 @@
  * offset is the "min" term with mins = 32*scales and dmin = d.
  *
  * Prefill. The fast-lane matmul unpacks each weight block once per tile of
- * tokens and runs it against all of them. The exact-lane matmul dequantizes
+ * tokens and runs it against all of them; with AVX-512 the K-quants take
+ * their activations in a permuted layout (mu_act_kq_permute) so that one
+ * vpdpbusd per 64 products accumulates a whole block (kp_tile). The exact-lane matmul dequantizes
  * a tile of rows once (as f32, rows interleaved per k) and runs a
  * register-tiled outer-product kernel over all tokens.
  */
@@ -327,6 +329,7 @@ typedef struct kq_tokens {
 MU_INLINE void kq_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt, float *out) {
     const uint64_t bb = kq_block_bytes(fmt);
     vf acc[KQ_NT];
+    MU_UNROLL(8)
     for (int t = 0; t < nt; t++) acc[t] = vf_zero();
     for (int64_t i = 0; i < tk->nb; i++) {
         const uint8_t *blk = row + (uint64_t)i * bb;
@@ -351,6 +354,7 @@ MU_INLINE void kq_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
             acc[t] = vf_sub(acc[t], vf_mul(mins, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i))));
         }
     }
+    MU_UNROLL(8)
     for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]);
 }
 
@@ -406,6 +410,130 @@ MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const 
 FAST_KQUANT(Q4_K, KQ_Q4_K)
 FAST_KQUANT(Q5_K, KQ_Q5_K)
 FAST_KQUANT(Q6_K, KQ_Q6_K)
+
+/* ---- fast-lane prefill, K-quants, on permuted activations (AVX-512) -----
+ * The activations come in the layout of mu_act_kq_permute (kernels.h).
+ * The block's natural units V_c (lane i of V_c: the 16 weights of group
+ * 4c + i, dword k of it: weights 16(4c+i) + 4k..+3) are transposed 4x4 in
+ * dwords within each 128-bit lane, giving U_k with dword L = weights
+ * 16G(L) + 4k..+3 (G as in kernels.h): the order of the permuted
+ * activations. Dword lane L of every U_k then lies in activation group
+ * G(L) and in one weight scale group, so per block and token
+ *     isum = sum_k dpbusd(U_k, a'_k)          (16 exact group dot products)
+ *     acc += (float(isum) * da') * scw  -  mw * ds'
+ * with scw = d * (the group's integer scale) and mw = dmin * (its min), or
+ * 32 * d * scale for Q6_K, both permuted by G once per block. Four vector
+ * ops per 64 products plus four per block and token, against about six
+ * per 64 in kq_tile; the transpose and scales are paid once per tile of
+ * KP_NT tokens. */
+#if MU_X86_512
+#ifndef KP_NT
+#define KP_NT 8
+#endif
+#ifndef KP_SEG
+#define KP_SEG 8 /* blocks per column segment: 8 tokens x 8 blocks x 384 B of activations in L1 */
+#endif
+
+typedef struct kp_block {
+    vi q[4];
+    vf scw, mw;
+} kp_block;
+
+MU_INLINE void kp_unpack(int fmt, const void *blk, kp_block *u) {
+    kq_block k;
+    kq_unpack(fmt, blk, &k);
+    const vi t0 = vi_unpacklo32(k.q[0], k.q[1]), t1 = vi_unpackhi32(k.q[0], k.q[1]);
+    const vi t2 = vi_unpacklo32(k.q[2], k.q[3]), t3 = vi_unpackhi32(k.q[2], k.q[3]);
+    u->q[0] = vi_unpacklo64(t0, t2);
+    u->q[1] = vi_unpackhi64(t0, t2);
+    u->q[2] = vi_unpacklo64(t1, t3);
+    u->q[3] = vi_unpackhi64(t1, t3);
+    if (fmt == KQ_Q6_K) {
+        const mu_block_q6_K *b = blk;
+        const __m128i g = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); /* G(L) */
+        u->scw = vf_mul(vf_from_s8_128(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), g)), vf_set1(k.d));
+        u->mw = vf_mul(u->scw, vf_set1(32.0f));
+    } else {
+        /* scales and mins sit at the same offsets in Q4_K and Q5_K */
+        uint64_t sc, m;
+        k4_scales(((const mu_block_q4_K *)blk)->scales, &sc, &m);
+        const __m128i sub = _mm_setr_epi8(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7); /* G(L) / 2 */
+        u->scw = vf_mul(vf_from_u8_128(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)sc), sub)), vf_set1(k.d));
+        u->mw = vf_mul(vf_from_u8_128(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)m), sub)), vf_set1(k.dmin));
+    }
+}
+
+/* One weight row x nt tokens (nt a compile-time constant at each call). */
+MU_INLINE void kp_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt, float *out) {
+    const uint64_t bb = kq_block_bytes(fmt);
+    vf acc[KP_NT]; /* every loop over the tokens is unrolled, so acc stays in registers */
+    MU_UNROLL(16)
+    for (int t = 0; t < nt; t++) acc[t] = vf_zero();
+    for (int64_t i = 0; i < tk->nb; i++) {
+        const uint8_t *blk = row + (uint64_t)i * bb;
+        prefetch_span(blk, bb);
+        kp_block u;
+        kp_unpack(fmt, blk, &u);
+        MU_UNROLL(16)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
+            const int8_t *aq = (const int8_t *)arow + (tk->b0 + i) * MU_QK_K;
+            vi s = vi_dpbusd(vi_zero(), u.q[0], vi_load(aq));
+            s = vi_dpbusd(s, u.q[1], vi_load(aq + 64));
+            s = vi_dpbusd(s, u.q[2], vi_load(aq + 128));
+            s = vi_dpbusd(s, u.q[3], vi_load(aq + 192));
+            const vf p = vf_mul(vf_from_i32(s), vf_load(mu_act_d(arow, tk->n) + 16 * (tk->b0 + i)));
+            acc[t] = vf_fma(p, u.scw, acc[t]);
+            acc[t] = vf_fnmadd(u.mw, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i)), acc[t]);
+        }
+    }
+    MU_UNROLL(16)
+    for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]);
+}
+
+MU_INLINE void kp_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64_t r1, const kq_tokens *tk, int nt,
+                       float *y, int64_t ldy, bool add) {
+    float out[KP_NT];
+    for (int64_t r = r0; r < r1; r++) {
+        kp_tile(fmt, w + (uint64_t)r * rb, tk, nt, out);
+        MU_UNROLL(16)
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = add ? y[t * ldy + r] + out[t] : out[t];
+    }
+}
+
+/* As kq_matmul: column segments of KP_SEG blocks, row tiles that stay in
+ * L2, token tiles of KP_NT (a ragged tail in fours, then singly). */
+MU_INLINE void kp_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
+                         int64_t T, float *y, int64_t ldy) {
+    const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
+    int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
+    if (rows_tile < 4) rows_tile = 4;
+    for (int64_t b0 = 0; b0 < nb_all; b0 += KP_SEG) {
+        const int64_t nb = nb_all - b0 < KP_SEG ? nb_all - b0 : KP_SEG;
+        const uint8_t *wseg = (const uint8_t *)w + b0 * bb;
+        for (int64_t r0 = 0; r0 < nr; r0 += rows_tile) {
+            const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
+            for (int64_t t = 0; t < T;) {
+                const int nt = T - t >= KP_NT ? KP_NT : T - t >= 4 ? 4 : 1;
+                const kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb};
+                if (nt == KP_NT) kp_rows(fmt, wseg, rb, r0, r1, &tk, KP_NT, y + t * ldy, ldy, b0 > 0);
+                else if (nt == 4) kp_rows(fmt, wseg, rb, r0, r1, &tk, 4, y + t * ldy, ldy, b0 > 0);
+                else kp_rows(fmt, wseg, rb, r0, r1, &tk, 1, y + t * ldy, ldy, b0 > 0);
+                t += nt;
+            }
+        }
+    }
+}
+
+#define FAST_KQUANT_KP(fmt, id)                                                                                  \
+    static void matmul_q8_kp_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb,         \
+                                   int64_t n, int64_t T, float *y, int64_t ldy) {                               \
+        kp_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy);                                                         \
+    }
+FAST_KQUANT_KP(Q4_K, KQ_Q4_K)
+FAST_KQUANT_KP(Q5_K, KQ_Q5_K)
+FAST_KQUANT_KP(Q6_K, KQ_Q6_K)
+#endif
 
 /* ---- exact lane, K-quants: the same units against f32 activations ------
  * Byte j of unit u is the value of weight 64u + j. Dword lane k of a unit
@@ -837,6 +965,11 @@ static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     *k = *mu_cpu_kernels_scalar();
     MU_KERNELS_SET_FORMATS(k);
     MU_KERNELS_SET_HELPERS(k);
+#if MU_X86_512
+    k->matmul_q8_kp[MU_TYPE_Q4_K] = matmul_q8_kp_Q4_K;
+    k->matmul_q8_kp[MU_TYPE_Q5_K] = matmul_q8_kp_Q5_K;
+    k->matmul_q8_kp[MU_TYPE_Q6_K] = matmul_q8_kp_Q6_K;
+#endif
     k->isa = isa;
 }
 

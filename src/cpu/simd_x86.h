@@ -171,6 +171,27 @@ MU_INLINE vf vf_stride4(const float *x, int b) {
 /* 16 int32 -> 16 saturated int8 */
 MU_INLINE __m128i vi_pack_s8(vi a) { return _mm512_cvtsepi32_epi8(a); }
 
+/* acc + 4 adjacent u8 x s8 products summed into each s32 lane (VNNI's
+ * vpdpbusd; else maddubs + madd, exact for our operands: u <= 63,
+ * |s| <= 127, so no s16 pair saturates) */
+#if defined(__AVX512VNNI__)
+MU_INLINE vi vi_dpbusd(vi acc, vi u, vi s) { return _mm512_dpbusd_epi32(acc, u, s); }
+#else
+MU_INLINE vi vi_dpbusd(vi acc, vi u, vi s) {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+}
+#endif
+/* interleaves of 32- and 64-bit elements within each 128-bit lane */
+MU_INLINE vi vi_unpacklo32(vi a, vi b) { return _mm512_unpacklo_epi32(a, b); }
+MU_INLINE vi vi_unpackhi32(vi a, vi b) { return _mm512_unpackhi_epi32(a, b); }
+MU_INLINE vi vi_unpacklo64(vi a, vi b) { return _mm512_unpacklo_epi64(a, b); }
+MU_INLINE vi vi_unpackhi64(vi a, vi b) { return _mm512_unpackhi_epi64(a, b); }
+/* c - a*b */
+MU_INLINE vf vf_fnmadd(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
+/* 16 bytes in a register -> 16 floats, zero- or sign-extended */
+MU_INLINE vf vf_from_u8_128(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
+MU_INLINE vf vf_from_s8_128(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
+
 /* ===================================================================== */
 #else /* AVX2 + FMA: each 512-bit value is a pair of ymm registers */
 
@@ -338,6 +359,23 @@ MU_INLINE __m128i vi_pack_s8(vi a) {
     __m256i w = _mm256_packs_epi32(a.lo, a.hi);                  /* s16, lanes interleaved by 128 bits */
     __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
     return _mm_shuffle_epi32(b, 0xD8); /* undo the 128-bit interleave: 0,2,1,3 */
+}
+
+MU_INLINE vi vi_dpbusd(vi acc, vi u, vi s) {
+    const __m256i one = _mm256_set1_epi16(1);
+    return VI2(_mm256_add_epi32(acc.lo, _mm256_madd_epi16(_mm256_maddubs_epi16(u.lo, s.lo), one)),
+               _mm256_add_epi32(acc.hi, _mm256_madd_epi16(_mm256_maddubs_epi16(u.hi, s.hi), one)));
+}
+MU_INLINE vi vi_unpacklo32(vi a, vi b) { return VI2(_mm256_unpacklo_epi32(a.lo, b.lo), _mm256_unpacklo_epi32(a.hi, b.hi)); }
+MU_INLINE vi vi_unpackhi32(vi a, vi b) { return VI2(_mm256_unpackhi_epi32(a.lo, b.lo), _mm256_unpackhi_epi32(a.hi, b.hi)); }
+MU_INLINE vi vi_unpacklo64(vi a, vi b) { return VI2(_mm256_unpacklo_epi64(a.lo, b.lo), _mm256_unpacklo_epi64(a.hi, b.hi)); }
+MU_INLINE vi vi_unpackhi64(vi a, vi b) { return VI2(_mm256_unpackhi_epi64(a.lo, b.lo), _mm256_unpackhi_epi64(a.hi, b.hi)); }
+MU_INLINE vf vf_fnmadd(vf a, vf b, vf c) { return VF2(_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)); }
+MU_INLINE vf vf_from_u8_128(__m128i b) {
+    return VF2(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))));
+}
+MU_INLINE vf vf_from_s8_128(__m128i b) {
+    return VF2(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))));
 }
 
 #endif /* MU_X86_512 */
