@@ -258,7 +258,10 @@ static int run_depth(muser_session *s, const mu_model *m, const bench *b, long d
     return 0;
 }
 
-static int run_prefill(muser_session *s, const mu_model *m, int pp, double *tok_s) {
+/* prof (when not NULL): one more prefill with the timers on, its entries
+ * and wall time. */
+static int run_prefill(muser_session *s, const mu_model *m, int pp, double *tok_s, mu_prof_entry *prof,
+                       double *prof_ms) {
     muser_token *toks = malloc(sizeof(muser_token) * (size_t)pp);
     uint64_t st = 7;
     for (int i = 0; i < pp; i++) {
@@ -275,19 +278,30 @@ static int run_prefill(muser_session *s, const mu_model *m, int pp, double *tok_
         if (muser_session_feed(s, toks, pp, false) != 0) rc = 1;
         t[r] = mu_now_seconds() - t0;
     }
+    if (prof && !rc) {
+        muser_session_reset(s);
+        const mu_prof_entry *e = mu_session_profile(s, true);
+        if (e) {
+            const double t0 = mu_now_seconds();
+            if (muser_session_feed(s, toks, pp, false) != 0) rc = 1;
+            *prof_ms = 1e3 * (mu_now_seconds() - t0);
+            memcpy(prof, e, sizeof(mu_prof_entry) * MU_PROF_COUNT);
+            mu_session_profile(s, false);
+        }
+    }
     free(toks);
     if (!rc) *tok_s = pp / mu_median(t, PREFILL_REPS);
     return rc;
 }
 
-static void print_profile(muser_session *s, const depth_result *r, int n_gen) {
+/* One profile table: entries summed over n_gen runs of total_ms each. */
+static void print_prof_table(muser_session *s, const mu_prof_entry *prof, int n_gen, double total_ms,
+                             const char *unit) {
     mu_backend *be = mu_session_backend_of(s);
-    printf("\n### Profile at depth %ld (per token, mean of %d tokens; %.1f ms per token with the timers on)\n\n",
-           r->measured_depth, n_gen, r->prof_token_ms);
-    printf("| op family | calls | bytes | ms | GB/s | share of the token |\n|---|---:|---:|---:|---:|---:|\n");
+    printf("| op family | calls | bytes | ms | GB/s | share of the %s |\n|---|---:|---:|---:|---:|---:|\n", unit);
     double timed = 0;
     for (int f = 0; f < MU_PROF_COUNT; f++) {
-        const mu_prof_entry *e = &r->prof[f];
+        const mu_prof_entry *e = &prof[f];
         if (!e->calls) continue;
         char buf[64];
         const double ms = (double)e->ns / 1e6 / n_gen, bytes = (double)e->bytes / n_gen;
@@ -296,10 +310,16 @@ static void print_profile(muser_session *s, const depth_result *r, int n_gen) {
         printf("| %s | %.0f | ", name ? name : family_name(f, buf, sizeof buf), (double)e->calls / n_gen);
         if (bytes > 0) printf("%.1f MB | %.2f | %.1f | ", bytes / 1e6, ms, bytes / (ms * 1e6));
         else printf("- | %.2f | - | ", ms);
-        printf("%.1f%% |\n", 100 * ms / r->prof_token_ms);
+        printf("%.1f%% |\n", 100 * ms / total_ms);
     }
-    printf("| other (session, logits copy, dispatch) | | | %.2f | | %.1f%% |\n", r->prof_token_ms - timed,
-           100 * (r->prof_token_ms - timed) / r->prof_token_ms);
+    printf("| other (session, logits copy, dispatch) | | | %.2f | | %.1f%% |\n", total_ms - timed,
+           100 * (total_ms - timed) / total_ms);
+}
+
+static void print_profile(muser_session *s, const depth_result *r, int n_gen) {
+    printf("\n### Profile at depth %ld (per token, mean of %d tokens; %.1f ms per token with the timers on)\n\n",
+           r->measured_depth, n_gen, r->prof_token_ms);
+    print_prof_table(s, r->prof, n_gen, r->prof_token_ms, "token");
 }
 
 static int plot(const char *path, const depth_result *r, int n, const char *title) {
@@ -453,9 +473,11 @@ int cmd_bench(int argc, char **argv) {
         rc = run_depth(s, m, &b, b.depths[i], measured[i], probe, all_bw + i * MEMBW_PASSES, &res[i]);
         if (rc) fprintf(stderr, "muser bench: depth %ld: %s\n", b.depths[i], muser_last_error());
     }
-    double pp_tok_s = 0;
+    double pp_tok_s = 0, pp_prof_ms = 0;
+    mu_prof_entry pp_prof[MU_PROF_COUNT];
+    memset(pp_prof, 0, sizeof pp_prof);
     if (!rc && b.pp > 0) {
-        rc = run_prefill(s, m, b.pp, &pp_tok_s);
+        rc = run_prefill(s, m, b.pp, &pp_tok_s, b.profile ? pp_prof : NULL, &pp_prof_ms);
         if (rc) fprintf(stderr, "muser bench: prefill: %s\n", muser_last_error());
     }
     mu_membw_probe_free(probe);
@@ -514,6 +536,11 @@ int cmd_bench(int argc, char **argv) {
         if (b.pp > 0) printf("\nprefill: %d tokens at %.1f tok/s (median of %d)\n", b.pp, pp_tok_s, PREFILL_REPS);
         if (b.profile)
             for (int i = 0; i < b.n_depths; i++) print_profile(s, &res[i], b.n_gen);
+        if (b.profile && b.pp > 0 && pp_prof_ms > 0) {
+            printf("\n### Profile of the prefill (%d tokens in one chunk; %.1f ms with the timers on, %.1f tok/s)\n\n",
+                   b.pp, pp_prof_ms, b.pp / (pp_prof_ms / 1e3));
+            print_prof_table(s, pp_prof, 1, pp_prof_ms, "prefill");
+        }
     }
     if (b.plot) {
         char title[256];
