@@ -97,13 +97,17 @@ static void mm_set_worker(void *ctx, int ith, int nth) {
     (void)ith;
     mm_set *s = ctx;
     const long long total = s->unit_first[s->n_jobs];
+    /* In prefill one unit is milliseconds of work (a MiB of weights against
+     * every token of the chunk): claims of one unit, so a thread that
+     * another process preempts holds back at most one. */
+    const long long max_take = s->T > SMALL_T ? 1 : MAX_CLAIM_UNITS;
     for (;;) {
         long long u0 = atomic_load_explicit(&s->next, memory_order_relaxed), take;
         do {
             if (u0 >= total) return;
             take = (total - u0) / (2 * nth);
             if (take < 1) take = 1;
-            if (take > MAX_CLAIM_UNITS) take = MAX_CLAIM_UNITS;
+            if (take > max_take) take = max_take;
         } while (!atomic_compare_exchange_weak_explicit(&s->next, &u0, u0 + take, memory_order_relaxed,
                                                         memory_order_relaxed));
         const long long u1 = u0 + take;
