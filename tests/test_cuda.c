@@ -512,25 +512,6 @@ static const char *data_path(const char *rel, bool local, char *buf, size_t cap)
     return tl_shared(rel, buf, cap);
 }
 
-static int *read_tokens(const char *path, int *n) {
-    char *text = tl_read_file(path, NULL);
-    if (!text) return NULL;
-    int cap = 512, count = 0;
-    int *ids = malloc(sizeof(int) * cap);
-    for (char *p = text, *end; *p; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            if (!*++end) break;
-            continue;
-        }
-        if (count == cap) ids = realloc(ids, sizeof(int) * (cap *= 2));
-        ids[count++] = (int)v;
-    }
-    free(text);
-    *n = count;
-    return ids;
-}
-
 typedef struct run_opts {
     muser_lane lane;
     muser_kv_type kv;
@@ -676,7 +657,7 @@ static void test_fixture(const char *rel, bool local) {
     muser_model_get_info(m, &info);
     const int V = info.n_vocab;
     int n = 0;
-    int *tokens = read_tokens(tok_path, &n);
+    int *tokens = tl_read_tokens(tok_path, &n);
     size_t es = 0, ds = 0;
     float *exact = tl_read_file(exact_path, &es), *llama = tl_read_file(llama_path, &ds);
     CHECK(tokens && n == 160 && es == (size_t)n * V * 4 && ds == es);

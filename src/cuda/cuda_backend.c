@@ -718,7 +718,7 @@ static int enqueue_tp_tail(cuda_backend *b, int part, prof_state *p) {
         const mu_cu_weight *w = &b->layers[l].ffn_down;
         rn.branch_parts = mu_cu_mv_parts(w->type, w->cols);
     }
-    RC(prof_mark(b, p, PF_ALLREDUCE));
+    /* (timed with the all-reduce: its mark is set before the NCCL call) */
     CU_CHECK(mu_cu_resnorm_rows(rn, 1, b->stream));
     return 0;
 }
@@ -786,6 +786,7 @@ static int prof_collect(cuda_backend *b, int pos) {
     prof_bytes(b, pos, fb);
     bool seen[PF_COUNT] = {false};
     for (int i = 0; i + 1 < ps->n; i++) {
+        if (ps->fam[i] >= PF_COUNT) continue; /* an end mark: nothing ran from it */
         float ms = 0.f;
         CU_CHECK(cudaEventElapsedTime(&ms, ps->ev[i], ps->ev[i + 1]));
         mu_prof_entry *e = &b->prof_acc[ps->fam[i]];
@@ -1564,6 +1565,7 @@ typedef struct tp_backend {
     ncclComm_t comm[MU_TP_MAX_RANKS];
     cudaGraphExec_t graph[MU_TP_MAX_RANKS];
     bool use_graph, graph_ready, graph_broken, prof_on;
+    bool skip_reduce; /* MUSER_TP_SKIP_ALLREDUCE=1: timing lab only, wrong logits */
     char desc[640];
 } tp_backend;
 
@@ -1615,6 +1617,7 @@ static int tp_enqueue(tp_backend *t) {
             RC(enqueue_decode_part(r, part, t->prof_on ? r->prof : NULL));
             RC(prof_mark(r, t->prof_on ? r->prof : NULL, PF_ALLREDUCE));
         }
+        if (t->skip_reduce && part + 1 < parts) continue;
         NCCL_CHECK(g_nccl.GroupStart());
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
@@ -1804,6 +1807,9 @@ static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **
     t->base.decode_select = tp_select;
     t->m = m;
     t->use_graph = env_int("MUSER_CUDA_GRAPH", 1) != 0;
+    t->skip_reduce = env_int("MUSER_TP_SKIP_ALLREDUCE", 0) != 0;
+    if (t->skip_reduce)
+        mu_warn("cuda: MUSER_TP_SKIP_ALLREDUCE=1: the layers' all-reduces are left out to time them; the logits are wrong");
     int rc = 0;
     int devs[MU_TP_MAX_RANKS];
     for (int i = 0; i < n; i++) devs[i] = i;
