@@ -152,6 +152,11 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
     cfg.gpus = p.gpus;
     if (p.lane != MUSER_LANE_EXACT && p.lane != MUSER_LANE_FAST) return mu_fail(MUSER_EINVAL, "unknown lane");
     if (p.kv_type != MUSER_KV_F16 && p.kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
+    if (p.gpus < 0) return mu_fail(MUSER_EINVAL, "--gpus must be at least 1");
+    /* asking for GPUs by count never falls back to the CPU quietly */
+    if (p.gpus > 0 && (p.backend == MUSER_BACKEND_CPU || p.backend == MUSER_BACKEND_REF))
+        return mu_fail(MUSER_EINVAL, "--gpus %d splits the model over GPUs and needs --backend cuda (or auto), not %s",
+                       p.gpus, p.backend == MUSER_BACKEND_CPU ? "cpu" : "ref");
 
     muser_session *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(MUSER_ENOMEM, "out of memory");
@@ -174,7 +179,13 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
             p.backend = MUSER_BACKEND_CUDA;
             break;
         }
+        if (p.gpus > 0) break; /* the CUDA backend's error stands */
         mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
+#else
+        if (p.gpus > 0) {
+            rc = mu_fail(MUSER_EUNSUPPORTED, "--gpus %d: this build has no CUDA backend", p.gpus);
+            break;
+        }
 #endif
         p.backend = MUSER_BACKEND_CPU;
         rc = mu_cpu_backend_new(model, &cfg, &s->backend);
