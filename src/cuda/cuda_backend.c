@@ -870,34 +870,38 @@ static int gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float
     return 0;
 }
 
-static int run_prefill(cuda_backend *b, int T, bool all_logits) {
+/* A prefill chunk (T > 1) in the decode step's parts: part 0 = embedding
+ * and layer 0 up to Wo; part 2l+1 = the tail after Wo, then layer l's FFN;
+ * part 2l+2 = the tail after down, then layer l+1 up to Wo, or the LM head
+ * after the last layer. Each gemm into t writes the whole sum on one GPU
+ * and a partial sum on a tensor-parallel rank, all-reduced between the
+ * parts; every part after the first starts with the residual/norm tail. */
+static int enqueue_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     const mu_hparams *hp = &b->m->hp;
+    const int L = hp->n_layer;
     const cudaStream_t s = b->stream;
     const bool f = b->fast;
-    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
-    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
-    rn.embd_norm = hp->embd_norm;
-    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
     const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
-    for (int l = 0; l < hp->n_layer; l++) {
+    if (part == 0) {
+        CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
+        mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
+        rn.embd_norm = hp->embd_norm;
+        CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
+    } else if (part % 2 == 1) { /* after Wo of layer l: its FFN */
+        const int l = (part - 1) / 2;
         const cu_layer *D = &b->layers[l];
-        RC(gemm_all(b, &D->wq, A, b->q, b->Q, T));
-        RC(gemm_all(b, &D->wk, A, b->k, b->KVD, T));
-        RC(gemm_all(b, &D->wv, A, b->v, b->KVD, T));
-        RC(gemm_all(b, &D->wgate, A, b->g, b->Q, T));
-        mu_cu_qkv_post qp = qkv_post_of(b, l, T);
-        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-        RC(run_attention(b, l, T, NULL, f));
-        RC(gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
         CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, s));
         RC(gemm_all(b, &D->ffn_gate, A, b->ff, b->F, T));
         RC(gemm_all(b, &D->ffn_up, A, b->fu, b->F, T));
         CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, s));
-        RC(gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
-        const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
-        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
+        return gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T);
+    } else { /* after down of layer l */
+        const int l = (part - 2) / 2;
+        const float *next = l + 1 < L ? b->layers[l + 1].attn_norm : b->output_norm;
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, b->layers[l].post_ffn_norm, next, f), T, s));
     }
-    if (all_logits) {
+    if (part == 2 * L) { /* the LM head */
+        if (!all_logits) return run_head_matvec(b, T - 1, NULL);
         if (b->logit_rows < T) {
             if (b->logits_all) cudaFree(b->logits_all);
             b->logits_all = NULL;
@@ -907,22 +911,40 @@ static int run_prefill(cuda_backend *b, int T, bool all_logits) {
         }
         RC(gemm_all(b, &b->output, A, b->logits_all, b->V, T));
         CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
-    } else {
-        RC(run_head_matvec(b, T - 1, NULL));
+        return 0;
     }
+    const int l = part / 2;
+    const cu_layer *D = &b->layers[l];
+    RC(gemm_all(b, &D->wq, A, b->q, b->Q, T));
+    RC(gemm_all(b, &D->wk, A, b->k, b->KVD, T));
+    RC(gemm_all(b, &D->wv, A, b->v, b->KVD, T));
+    RC(gemm_all(b, &D->wgate, A, b->g, b->Q, T));
+    mu_cu_qkv_post qp = qkv_post_of(b, l, T);
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+    RC(run_attention(b, l, T, NULL, f));
+    return gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T);
+}
+
+static int run_prefill(cuda_backend *b, int T, bool all_logits) {
+    for (int part = 0; part < decode_parts(b); part++) RC(enqueue_prefill_part(b, part, T, all_logits));
     return 0;
 }
 
 /* ---- the backend interface ------------------------------------------------------------------ */
 
-static int copy_logits(cuda_backend *b, const float *src, int rows, float *dst) {
+/* rows of b->V logits into dst, dst_stride apart (a rank's slice of the vocabulary) */
+static int copy_logits_strided(cuda_backend *b, const float *src, int rows, float *dst, size_t dst_stride) {
     const size_t bytes = (size_t)b->V * sizeof(float);
     for (int r = 0; r < rows; r++) {
         CU_CHECK(cudaMemcpyAsync(b->h_logits, src + (size_t)r * b->V, bytes, cudaMemcpyDeviceToHost, b->stream));
         CU_CHECK(cudaStreamSynchronize(b->stream));
-        memcpy(dst + (size_t)r * b->V, b->h_logits, bytes);
+        memcpy(dst + (size_t)r * dst_stride, b->h_logits, bytes);
     }
     return 0;
+}
+
+static int copy_logits(cuda_backend *b, const float *src, int rows, float *dst) {
+    return copy_logits_strided(b, src, rows, dst, (size_t)b->V);
 }
 
 static int sync_checked(cuda_backend *b) {
@@ -1325,8 +1347,8 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     if (!rc && (cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
                 cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess))
         rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
-    if (!rc && b->fast && !tp) rc = build_prefill_cache(b);
-    if (!rc && !tp && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
+    if (!rc && b->fast) rc = build_prefill_cache(b);
+    if (!rc && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
     if (!rc && b->fast && b->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
     if (!rc) rc = sync_checked(b);
 #undef TRY
@@ -1499,8 +1521,9 @@ static const char *cuda_describe_op(mu_backend *base) { return mu_cuda_describe(
  * LM head one all-reduce (max) of the packed (logit, ~index) keys chooses
  * the token. The whole step is captured as one CUDA graph per GPU with the
  * NCCL calls inside; a failed capture falls back to launching op by op.
- * With N = 1 the same code runs over a communicator of size 1. Chunks of
- * several tokens are decoded token by token (no tensor-parallel prefill).
+ * With N = 1 the same code runs over a communicator of size 1. A chunk of
+ * several tokens runs the prefill parts (tensor-core gemms) on every rank
+ * with an all-reduce of the chunk's rows between them.
  *
  * NCCL is loaded at run time (dlopen): a build with nccl.h runs on machines
  * without the library, where only --gpus fails, with a clear message. */
@@ -1709,15 +1732,48 @@ static int tp_select(mu_backend *base, muser_token token, int pos, float tempera
     return 0;
 }
 
-static int tp_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
-    tp_backend *t = (tp_backend *)base;
+/* A chunk of T > 1 tokens: the prefill parts on every rank with an
+ * all-reduce of the T rows of partial sums between them. */
+static int tp_prefill(tp_backend *t, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     const size_t V = (size_t)t->m->hp.n_vocab;
-    for (int i = 0; i < T; i++) {
-        RC(tp_step(t, tokens[i], pos0 + i, 0.0f, 0));
-        if (all_logits) RC(tp_logits(t, logits + (size_t)i * V));
-        else if (i == T - 1) RC(tp_logits(t, logits));
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        RC(fill_records(t->r[i], tokens, T, pos0, 0.0f, 0));
+    }
+    const int parts = decode_parts(t->r[0]);
+    for (int part = 0; part < parts; part++) {
+        for (int i = 0; i < t->n; i++) {
+            RC(tp_set(t->r[i]));
+            RC(enqueue_prefill_part(t->r[i], part, T, all_logits));
+        }
+        if (part + 1 == parts && all_logits) break; /* each rank holds its slice of every row */
+        NCCL_CHECK(g_nccl.GroupStart());
+        for (int i = 0; i < t->n; i++) {
+            cuda_backend *r = t->r[i];
+            if (part + 1 < parts)
+                NCCL_CHECK(g_nccl.AllReduce(r->t, r->t, (size_t)T * (size_t)r->E, ncclFloat32, ncclSum, t->comm[i],
+                                            r->stream));
+            else
+                NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->stream));
+        }
+        NCCL_CHECK(g_nccl.GroupEnd());
+    }
+    for (int i = 0; i < t->n; i++) {
+        cuda_backend *r = t->r[i];
+        RC(tp_set(r));
+        RC(sync_checked(r));
+        if (all_logits) RC(copy_logits_strided(r, r->logits_all, T, logits + r->vocab0, V));
+        else RC(copy_logits(r, r->logits, 1, logits + r->vocab0));
     }
     return 0;
+}
+
+static int tp_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
+    tp_backend *t = (tp_backend *)base;
+    if (T < 1 || T > t->r[0]->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, t->r[0]->T_max);
+    if (T > 1) return tp_prefill(t, tokens, T, pos0, all_logits, logits);
+    RC(tp_step(t, tokens[0], pos0, 0.0f, 0));
+    return tp_logits(t, logits);
 }
 
 static int tp_truncate(mu_backend *base, int pos) {
