@@ -649,17 +649,9 @@ static mu_cu_qkv_post qkv_post_of(const cuda_backend *b, int l, int T) {
     return a;
 }
 
-/* Attention of layer l for T tokens from activation row `row` of b over
- * kv's planes (kv == b except in a batched decode step, where each row
- * reads its own session's KV cache through its own records; kv == NULL:
- * b's own, in a one-token decode or a prefill chunk). */
-static int run_attention_at(cuda_backend *b, cuda_backend *kv, int row, int l, int T, prof_state *p, bool f16_out) {
-    const bool int8_out = T == 1 && b->fast && !kv; /* the one-token decode's Wo input */
-    if (!kv) kv = b;
+static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out) {
     const mu_hparams *hp = &b->m->hp;
     const int cap = T == 1 ? b->split_dec : b->split_pre;
-    mu_cu_recs recs = recs_of(b);
-    recs.base += (int64_t)row * b->rec_stride;
     mu_cu_attn a;
     memset(&a, 0, sizeof a);
     a.T = T;
@@ -668,16 +660,16 @@ static int run_attention_at(cuda_backend *b, cuda_backend *kv, int row, int l, i
     a.n_head_kv = hp->n_head_kv;
     a.head_dim = hp->head_dim;
     a.kv_f32 = b->kv_f32;
-    a.capacity = kv->planes[l].capacity;
-    a.kc = kv->kc[l];
-    a.vc = kv->vc[l];
-    a.q = b->qn + (int64_t)row * b->Q;
+    a.capacity = b->planes[l].capacity;
+    a.kc = b->kc[l];
+    a.vc = b->vc[l];
+    a.q = b->qn;
     a.scale_log2 = hp->attn_scale * 1.4426950408889634f;
     a.split_cap = cap;
     a.part_m = b->part_m;
     a.part_l = b->part_l;
     a.part_o = b->part_o;
-    a.recs = recs;
+    a.recs = recs_of(b);
     RC(prof_mark(b, p, PF_ATTN));
     CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
 
@@ -691,39 +683,16 @@ static int run_attention_at(cuda_backend *b, cuda_backend *kv, int row, int l, i
     r.part_m = b->part_m;
     r.part_l = b->part_l;
     r.part_o = b->part_o;
-    r.gate = b->layers[l].wgate.qs ? b->g + (int64_t)row * b->Q : NULL;
+    r.gate = b->layers[l].wgate.qs ? b->g : NULL;
     r.gate_stride = b->Q;
-    r.out.x = b->o + (int64_t)row * b->Q;
-    r.out.q = int8_out ? b->oq : NULL;
-    r.out.ds = int8_out ? b->ods : NULL;
-    r.out.h = f16_out ? b->o16 + (int64_t)row * b->Q : NULL;
+    r.out.x = b->o;
+    r.out.q = (T == 1 && b->fast) ? b->oq : NULL;
+    r.out.ds = (T == 1 && b->fast) ? b->ods : NULL;
+    r.out.h = f16_out ? b->o16 : NULL;
     r.out_stride = b->Q;
-    r.recs = recs;
+    r.recs = recs_of(b);
     RC(prof_mark(b, p, PF_REDUCE));
     CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
-    return 0;
-}
-
-static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out) {
-    return run_attention_at(b, NULL, 0, l, T, p, f16_out);
-}
-
-/* A batched decode step's layer l: each row's QK-norm, RoPE and KV append
- * into its own session's cache, then its attention over that cache. */
-static int batch_attention(cuda_backend *b, cuda_backend *const *rows, int n, int l, bool f16_out) {
-    for (int i = 0; i < n; i++) {
-        cuda_backend *kv = rows[i];
-        mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
-        qp.q = b->q + (int64_t)i * b->Q;
-        qp.k = b->k + (int64_t)i * b->KVD;
-        qp.v = b->v + (int64_t)i * b->KVD;
-        qp.qn = b->qn + (int64_t)i * b->Q;
-        qp.kc = kv->kc[l];
-        qp.vc = kv->vc[l];
-        qp.recs.base += (int64_t)i * b->rec_stride;
-        CU_CHECK(mu_cu_qkv_post_launch(&qp, b->stream));
-        RC(run_attention_at(b, kv, i, l, 1, NULL, f16_out));
-    }
     return 0;
 }
 
@@ -1002,27 +971,10 @@ static int gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float
     return 0;
 }
 
-/* Y = A . W^T for T rows: through the GEMMs, or (rows_mv: a batched decode
- * step in the exact lane with MUSER_CUDA_BATCH_MV=1) the B-row matvec over
- * the quantized weights (A f32, [T][cols]). The B-row matvec reads the
- * weights once, but the exact lane's matvec is bound by its f32 activation
- * loads, not by DRAM: measured as slow per row as one-by-one decode on the
- * 30B, so the GEMMs are the default. */
-static int mm_all(cuda_backend *b, bool rows_mv, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
-    if (!rows_mv) return gemm_all(b, w, A, Y, ldy, T);
-    if (!w->qs) return 0;
-    CU_CHECK(mu_cu_matvec_rows(w, (const float *)A, w->cols, Y, ldy, T, b->stream));
-    return 0;
-}
-
-/* A chunk of T tokens of one sequence (prefill, rows == NULL), or one
- * decode step of T sequences (rows[i]: row i's session, whose KV cache it
- * reads and appends to; the records in b->h_rec are already filled). */
-static int run_rows(cuda_backend *b, int T, bool all_logits, cuda_backend *const *rows) {
+static int run_prefill(cuda_backend *b, int T, bool all_logits) {
     const mu_hparams *hp = &b->m->hp;
     const cudaStream_t s = b->stream;
     const bool f = b->fast;
-    const bool mv = rows && !f && b->batch_mv; /* exact lane, batched, on request: B-row matvecs */
     CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
     mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
     rn.embd_norm = hp->embd_norm;
@@ -1030,23 +982,19 @@ static int run_rows(cuda_backend *b, int T, bool all_logits, cuda_backend *const
     const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
     for (int l = 0; l < hp->n_layer; l++) {
         const cu_layer *D = &b->layers[l];
-        RC(mm_all(b, mv, &D->wq, A, b->q, b->Q, T));
-        RC(mm_all(b, mv, &D->wk, A, b->k, b->KVD, T));
-        RC(mm_all(b, mv, &D->wv, A, b->v, b->KVD, T));
-        RC(mm_all(b, mv, &D->wgate, A, b->g, b->Q, T));
-        if (rows) {
-            RC(batch_attention(b, rows, T, l, f));
-        } else {
-            mu_cu_qkv_post qp = qkv_post_of(b, l, T);
-            CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-            RC(run_attention(b, l, T, NULL, f));
-        }
-        RC(mm_all(b, mv, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
+        RC(gemm_all(b, &D->wq, A, b->q, b->Q, T));
+        RC(gemm_all(b, &D->wk, A, b->k, b->KVD, T));
+        RC(gemm_all(b, &D->wv, A, b->v, b->KVD, T));
+        RC(gemm_all(b, &D->wgate, A, b->g, b->Q, T));
+        mu_cu_qkv_post qp = qkv_post_of(b, l, T);
+        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+        RC(run_attention(b, l, T, NULL, f));
+        RC(gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
         CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, s));
-        RC(mm_all(b, mv, &D->ffn_gate, A, b->ff, b->F, T));
-        RC(mm_all(b, mv, &D->ffn_up, A, b->fu, b->F, T));
+        RC(gemm_all(b, &D->ffn_gate, A, b->ff, b->F, T));
+        RC(gemm_all(b, &D->ffn_up, A, b->fu, b->F, T));
         CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, s));
-        RC(mm_all(b, mv, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
+        RC(gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
         const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
         CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
     }
@@ -1058,7 +1006,7 @@ static int run_rows(cuda_backend *b, int T, bool all_logits, cuda_backend *const
             RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
             b->logit_rows = T;
         }
-        RC(mm_all(b, mv, &b->output, A, b->logits_all, b->V, T));
+        RC(gemm_all(b, &b->output, A, b->logits_all, b->V, T));
         CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
     } else {
         RC(run_head_matvec(b, T - 1, NULL));
@@ -1066,7 +1014,120 @@ static int run_rows(cuda_backend *b, int T, bool all_logits, cuda_backend *const
     return 0;
 }
 
-static int run_prefill(cuda_backend *b, int T, bool all_logits) { return run_rows(b, T, all_logits, NULL); }
+/* ---- batched decode ------------------------------------------------------------------
+ * One token for each of T sessions sharing the weights, on b's stream and
+ * activations (b: the leader, rows[0]); b->h_rec holds row i's record,
+ * filled by row i's session (its KV slot, routes and position). The
+ * matrices run once for all rows, attention per row over its session's KV
+ * cache. Kept apart from run_prefill on purpose (same op order). */
+
+/* Y = A . W^T for T rows: through the GEMMs, or (mv: the exact lane with
+ * MUSER_CUDA_BATCH_MV=1) the B-row matvec over the quantized weights (A
+ * f32, [T][cols]). The B-row matvec reads the weights once, but the exact
+ * lane's matvec is bound by its f32 activation loads, not by DRAM: measured
+ * as slow per row as one-by-one decode on the 30B, so the GEMMs are the
+ * default. */
+static int mm_all(cuda_backend *b, bool mv, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
+    if (!mv) return gemm_all(b, w, A, Y, ldy, T);
+    if (!w->qs) return 0;
+    CU_CHECK(mu_cu_matvec_rows(w, (const float *)A, w->cols, Y, ldy, T, b->stream));
+    return 0;
+}
+
+/* Row i of a batched step, layer l: QK-norm + RoPE + KV append into kv's
+ * cache, split-K attention over it, merge + gate into row i of o (o16). */
+static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, bool f16_out) {
+    const mu_hparams *hp = &b->m->hp;
+    mu_cu_recs recs = recs_of(b);
+    recs.base += (int64_t)i * b->rec_stride;
+    mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
+    qp.q = b->q + (int64_t)i * b->Q;
+    qp.k = b->k + (int64_t)i * b->KVD;
+    qp.v = b->v + (int64_t)i * b->KVD;
+    qp.qn = b->qn + (int64_t)i * b->Q;
+    qp.kc = kv->kc[l];
+    qp.vc = kv->vc[l];
+    qp.recs = recs;
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, b->stream));
+
+    mu_cu_attn a;
+    memset(&a, 0, sizeof a);
+    a.T = 1;
+    a.layer = l;
+    a.n_head = hp->n_head;
+    a.n_head_kv = hp->n_head_kv;
+    a.head_dim = hp->head_dim;
+    a.kv_f32 = b->kv_f32;
+    a.capacity = kv->planes[l].capacity;
+    a.kc = kv->kc[l];
+    a.vc = kv->vc[l];
+    a.q = b->qn + (int64_t)i * b->Q;
+    a.scale_log2 = hp->attn_scale * 1.4426950408889634f;
+    a.split_cap = b->split_dec;
+    a.part_m = b->part_m;
+    a.part_l = b->part_l;
+    a.part_o = b->part_o;
+    a.recs = recs;
+    CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
+
+    mu_cu_reduce r;
+    memset(&r, 0, sizeof r);
+    r.T = 1;
+    r.n_head = hp->n_head;
+    r.head_dim = hp->head_dim;
+    r.split_cap = b->split_dec;
+    r.layer = l;
+    r.part_m = b->part_m;
+    r.part_l = b->part_l;
+    r.part_o = b->part_o;
+    r.gate = b->layers[l].wgate.qs ? b->g + (int64_t)i * b->Q : NULL;
+    r.gate_stride = b->Q;
+    r.out.x = b->o + (int64_t)i * b->Q;
+    r.out.h = f16_out ? b->o16 + (int64_t)i * b->Q : NULL;
+    r.out_stride = b->Q;
+    r.recs = recs;
+    CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
+    return 0;
+}
+
+/* The batched step; logits of row i in row i of logits_all. */
+static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
+    const mu_hparams *hp = &b->m->hp;
+    const cudaStream_t s = b->stream;
+    const bool f = b->fast;
+    const bool mv = !f && b->batch_mv;
+    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
+    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
+    rn.embd_norm = hp->embd_norm;
+    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
+    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *D = &b->layers[l];
+        RC(mm_all(b, mv, &D->wq, A, b->q, b->Q, T));
+        RC(mm_all(b, mv, &D->wk, A, b->k, b->KVD, T));
+        RC(mm_all(b, mv, &D->wv, A, b->v, b->KVD, T));
+        RC(mm_all(b, mv, &D->wgate, A, b->g, b->Q, T));
+        for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f));
+        RC(mm_all(b, mv, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, s));
+        RC(mm_all(b, mv, &D->ffn_gate, A, b->ff, b->F, T));
+        RC(mm_all(b, mv, &D->ffn_up, A, b->fu, b->F, T));
+        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, s));
+        RC(mm_all(b, mv, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
+        const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
+    }
+    if (b->logit_rows < T) {
+        if (b->logits_all) cudaFree(b->logits_all);
+        b->logits_all = NULL;
+        b->logit_rows = 0;
+        RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
+        b->logit_rows = T;
+    }
+    RC(mm_all(b, mv, &b->output, A, b->logits_all, b->V, T));
+    CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
+    return 0;
+}
 
 /* ---- the backend interface ------------------------------------------------------------------ */
 
@@ -1143,7 +1204,7 @@ static int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tok
         RC(fill_records(r, &tokens[i], 1, pos[i], 0.0f, 0));
         if (r != b) memcpy(b->h_rec + (int64_t)i * b->rec_stride, r->h_rec, (size_t)b->rec_stride);
     }
-    RC(run_rows(b, n, true, rows));
+    RC(run_batch(b, rows, n));
     RC(sync_checked(b));
     for (int i = 0; i < n; i++) RC(copy_logits(b, b->logits_all + (size_t)i * b->V, 1, logits[i]));
     return 0;
