@@ -243,6 +243,11 @@ cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int
 cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t nrows, void *dst, bool to_f16, cudaStream_t s);
 
 cudaError_t mu_cu_matvec(const mu_cu_mv *a, cudaStream_t s);
+/* Batched decode, exact lane: y[j][0..rows) = W . x[j] for j < nrows (row
+ * strides ldx, ldy in elements), the weights read once per MU_CU_MVR_MAX rows. */
+#define MU_CU_MVR_MAX 16
+cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy, int nrows,
+                              cudaStream_t s);
 /* Token embedding rows + (embd norm) + first pre-norm, T rows; zeroes *best. */
 cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
                         unsigned long long *best, cudaStream_t s);

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,8 @@ typedef struct prof_state {
     int n;
 } prof_state;
 
+typedef struct cu_weights cu_weights;
+
 typedef struct cuda_backend {
     mu_backend base;
     const mu_model *m;
@@ -91,7 +94,9 @@ typedef struct cuda_backend {
     int mv_occupancy; /* matvec blocks per SM (0: as many as fit) */
     int T_max, split_dec, split_pre;
     int64_t E, Q, KVD, F, V;
-    /* weights */
+    /* weights (wsh: shared with the model's other sessions on this GPU; the
+     * fields below then alias the shared upload) */
+    cu_weights *wsh;
     void *wmem, *f16mem;
     uint64_t wbytes, f16bytes, token_bytes;
     mu_cu_weight tok_embd, output;
@@ -131,10 +136,77 @@ typedef struct cuda_backend {
      * between the parts of the step, then the residual/norm tail runs */
     bool tp;
     int64_t vocab0; /* global index of this rank's first LM-head row */
+    int batch_min;  /* batched decode from this many rows (0: never) */
+    bool batch_mv;  /* exact lane: batched decode through B-row matvecs, not the GEMMs */
     /* muser bench --profile: op by op with events, accumulated per family */
     prof_state *prof;
     mu_prof_entry prof_acc[MU_PROF_COUNT];
 } cuda_backend;
+
+/* ---- weights shared by the sessions of one model on one GPU ----------------------------
+ * The first single-GPU session of a model uploads the weights (and the fast
+ * lane's f16 prefill cache when it fits) and publishes them here; later
+ * sessions of the same model on the same GPU take a reference and upload
+ * nothing; the last one to go frees them. Each session keeps its own KV
+ * cache, activations, step records and graph. Tensor-parallel ranks (model
+ * views of their own) do not share. */
+struct cu_weights {
+    const mu_model *m;
+    int device, refs;
+    void *wmem, *f16mem;
+    uint64_t wbytes, f16bytes;
+    mu_cu_weight tok_embd, output;
+    cu_layer *layers; /* matrices and norms */
+    float *output_norm;
+    cu_weights *next;
+};
+static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
+static cu_weights *g_weights;
+
+/* A reference to m's weights on device, or NULL when none are resident. */
+static cu_weights *weights_acquire(const mu_model *m, int device) {
+    pthread_mutex_lock(&g_wlock);
+    cu_weights *e = g_weights;
+    while (e && !(e->m == m && e->device == device)) e = e->next;
+    if (e) e->refs++;
+    pthread_mutex_unlock(&g_wlock);
+    return e;
+}
+
+/* Sessions holding a reference to the weights of m on device (tests). */
+int mu_cuda_weight_refs(const mu_model *m, int device) {
+    pthread_mutex_lock(&g_wlock);
+    const cu_weights *e = g_weights;
+    while (e && !(e->m == m && e->device == device)) e = e->next;
+    int n = e ? e->refs : 0;
+    pthread_mutex_unlock(&g_wlock);
+    return n;
+}
+
+/* Drops a reference; the last one frees the device memory. */
+static void weights_release(cu_weights *e) {
+    pthread_mutex_lock(&g_wlock);
+    bool last = --e->refs == 0;
+    if (last) {
+        cu_weights **pp = &g_weights;
+        while (*pp && *pp != e) pp = &(*pp)->next;
+        if (*pp) *pp = e->next;
+    }
+    pthread_mutex_unlock(&g_wlock);
+    if (!last) return;
+    cudaSetDevice(e->device);
+    for (int l = 0; l < e->m->hp.n_layer; l++) {
+        cu_layer *D = &e->layers[l];
+        float *norms[] = {D->attn_norm, D->q_norm, D->k_norm, D->post_attn_norm, D->ffn_norm, D->post_ffn_norm};
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
+            if (norms[i]) cudaFree(norms[i]);
+    }
+    if (e->wmem) cudaFree(e->wmem);
+    if (e->f16mem) cudaFree(e->f16mem);
+    if (e->output_norm) cudaFree(e->output_norm);
+    free(e->layers);
+    free(e);
+}
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
@@ -160,6 +232,36 @@ static int dalloc(void **p, size_t bytes, const char *what) {
                        cudaGetErrorString(e));
     }
     return 0;
+}
+
+/* Publishes a new session's uploaded weights for the model's later sessions. */
+static int weights_publish(cuda_backend *b) {
+    cu_weights *e = calloc(1, sizeof *e);
+    if (!e) return mu_fail(MUSER_ENOMEM, "out of memory");
+    e->m = b->m;
+    e->device = b->device;
+    e->refs = 1;
+    e->wmem = b->wmem, e->wbytes = b->wbytes;
+    e->f16mem = b->f16mem, e->f16bytes = b->f16bytes;
+    e->tok_embd = b->tok_embd, e->output = b->output;
+    e->layers = b->layers;
+    e->output_norm = b->output_norm;
+    pthread_mutex_lock(&g_wlock);
+    e->next = g_weights;
+    g_weights = e;
+    pthread_mutex_unlock(&g_wlock);
+    b->wsh = e;
+    return 0;
+}
+
+/* A session's view of shared weights (b->wsh). */
+static void weights_adopt(cuda_backend *b) {
+    const cu_weights *e = b->wsh;
+    b->wmem = e->wmem, b->wbytes = e->wbytes;
+    b->f16mem = e->f16mem, b->f16bytes = e->f16bytes;
+    b->tok_embd = e->tok_embd, b->output = e->output;
+    b->layers = e->layers;
+    b->output_norm = e->output_norm;
 }
 
 int mu_cuda_probe(void) {
@@ -930,6 +1032,121 @@ static int run_prefill(cuda_backend *b, int T, bool all_logits) {
     return 0;
 }
 
+/* ---- batched decode ------------------------------------------------------------------
+ * One token for each of T sessions sharing the weights, on b's stream and
+ * activations (b: the leader, rows[0]); b->h_rec holds row i's record,
+ * filled by row i's session (its KV slot, routes and position). The
+ * matrices run once for all rows, attention per row over its session's KV
+ * cache. Kept apart from run_prefill on purpose (same op order). */
+
+/* Y = A . W^T for T rows: through the GEMMs, or (mv: the exact lane with
+ * MUSER_CUDA_BATCH_MV=1) the B-row matvec over the quantized weights (A
+ * f32, [T][cols]). The B-row matvec reads the weights once, but the exact
+ * lane's matvec is bound by its f32 activation loads, not by DRAM: measured
+ * as slow per row as one-by-one decode on the 30B, so the GEMMs are the
+ * default. */
+static int mm_all(cuda_backend *b, bool mv, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
+    if (!mv) return gemm_all(b, w, A, Y, ldy, T);
+    if (!w->qs) return 0;
+    CU_CHECK(mu_cu_matvec_rows(w, (const float *)A, w->cols, Y, ldy, T, b->stream));
+    return 0;
+}
+
+/* Row i of a batched step, layer l: QK-norm + RoPE + KV append into kv's
+ * cache, split-K attention over it, merge + gate into row i of o (o16). */
+static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, bool f16_out) {
+    const mu_hparams *hp = &b->m->hp;
+    mu_cu_recs recs = recs_of(b);
+    recs.base += (int64_t)i * b->rec_stride;
+    mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
+    qp.q = b->q + (int64_t)i * b->Q;
+    qp.k = b->k + (int64_t)i * b->KVD;
+    qp.v = b->v + (int64_t)i * b->KVD;
+    qp.qn = b->qn + (int64_t)i * b->Q;
+    qp.kc = kv->kc[l];
+    qp.vc = kv->vc[l];
+    qp.recs = recs;
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, b->stream));
+
+    mu_cu_attn a;
+    memset(&a, 0, sizeof a);
+    a.T = 1;
+    a.layer = l;
+    a.n_head = hp->n_head;
+    a.n_head_kv = hp->n_head_kv;
+    a.head_dim = hp->head_dim;
+    a.kv_f32 = b->kv_f32;
+    a.capacity = kv->planes[l].capacity;
+    a.kc = kv->kc[l];
+    a.vc = kv->vc[l];
+    a.q = b->qn + (int64_t)i * b->Q;
+    a.scale_log2 = hp->attn_scale * 1.4426950408889634f;
+    a.split_cap = b->split_dec;
+    a.part_m = b->part_m;
+    a.part_l = b->part_l;
+    a.part_o = b->part_o;
+    a.recs = recs;
+    CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
+
+    mu_cu_reduce r;
+    memset(&r, 0, sizeof r);
+    r.T = 1;
+    r.n_head = hp->n_head;
+    r.head_dim = hp->head_dim;
+    r.split_cap = b->split_dec;
+    r.layer = l;
+    r.part_m = b->part_m;
+    r.part_l = b->part_l;
+    r.part_o = b->part_o;
+    r.gate = b->layers[l].wgate.qs ? b->g + (int64_t)i * b->Q : NULL;
+    r.gate_stride = b->Q;
+    r.out.x = b->o + (int64_t)i * b->Q;
+    r.out.h = f16_out ? b->o16 + (int64_t)i * b->Q : NULL;
+    r.out_stride = b->Q;
+    r.recs = recs;
+    CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
+    return 0;
+}
+
+/* The batched step; logits of row i in row i of logits_all. */
+static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
+    const mu_hparams *hp = &b->m->hp;
+    const cudaStream_t s = b->stream;
+    const bool f = b->fast;
+    const bool mv = !f && b->batch_mv;
+    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
+    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
+    rn.embd_norm = hp->embd_norm;
+    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
+    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *D = &b->layers[l];
+        RC(mm_all(b, mv, &D->wq, A, b->q, b->Q, T));
+        RC(mm_all(b, mv, &D->wk, A, b->k, b->KVD, T));
+        RC(mm_all(b, mv, &D->wv, A, b->v, b->KVD, T));
+        RC(mm_all(b, mv, &D->wgate, A, b->g, b->Q, T));
+        for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f));
+        RC(mm_all(b, mv, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, s));
+        RC(mm_all(b, mv, &D->ffn_gate, A, b->ff, b->F, T));
+        RC(mm_all(b, mv, &D->ffn_up, A, b->fu, b->F, T));
+        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, s));
+        RC(mm_all(b, mv, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
+        const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
+    }
+    if (b->logit_rows < T) {
+        if (b->logits_all) cudaFree(b->logits_all);
+        b->logits_all = NULL;
+        b->logit_rows = 0;
+        RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
+        b->logit_rows = T;
+    }
+    RC(mm_all(b, mv, &b->output, A, b->logits_all, b->V, T));
+    CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
+    return 0;
+}
+
 /* ---- the backend interface ------------------------------------------------------------------ */
 
 /* rows of b->V logits into dst, dst_stride apart (a rank's slice of the vocabulary) */
@@ -981,6 +1198,41 @@ int mu_cuda_decode_select(mu_backend *base, muser_token token, int pos, float te
     return 0;
 }
 
+/* Batched decode (mu_backend_ops.forward_batch): one token for each of n
+ * sessions of the model sharing its weights, on rows[0]'s stream and
+ * activations. Each row's session appends its position to its own planes
+ * and decides its own routes (its record is copied into the leader's
+ * records); the matrices run once for all rows through the prefill GEMMs
+ * (fast lane: the f16 weight cache when it fits; exact lane: f32
+ * dequantization per matrix), attention per row over the row's own KV
+ * cache. Rows that cannot be mixed, or fewer than MUSER_CUDA_BATCH_MIN
+ * (default: 2 fast lane, 6 exact lane; 0: never), answer MUSER_EUNSUPPORTED
+ * before anything changes: the engine then feeds them one by one through
+ * the decode graph. */
+static int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, const int *pos, int n,
+                              float *const *logits) {
+    cuda_backend *const *rows = (cuda_backend *const *)rows_in;
+    cuda_backend *b = rows[0];
+    if (b->batch_min <= 0 || n < b->batch_min || n > b->T_max)
+        return mu_fail(MUSER_EUNSUPPORTED, "cuda: batch of %d rows not batched", n);
+    for (int i = 0; i < n; i++) {
+        const cuda_backend *r = rows[i];
+        if (r->base.ops != b->base.ops || !r->wsh || r->wsh != b->wsh || r->fast != b->fast ||
+            r->kv_f32 != b->kv_f32 || r->use_mma != b->use_mma || r->split_dec != b->split_dec ||
+            r->rec_stride != b->rec_stride)
+            return mu_fail(MUSER_EUNSUPPORTED, "cuda: rows of different weights or settings are not batched");
+    }
+    for (int i = 0; i < n; i++) {
+        cuda_backend *r = rows[i];
+        RC(fill_records(r, &tokens[i], 1, pos[i], 0.0f, 0));
+        if (r != b) memcpy(b->h_rec + (int64_t)i * b->rec_stride, r->h_rec, (size_t)b->rec_stride);
+    }
+    RC(run_batch(b, rows, n));
+    RC(sync_checked(b));
+    for (int i = 0; i < n; i++) RC(copy_logits(b, b->logits_all + (size_t)i * b->V, 1, logits[i]));
+    return 0;
+}
+
 static int cuda_select(mu_backend *base, muser_token token, int pos, float temperature, uint64_t seed,
                        float *logits, muser_token *next) {
     return mu_cuda_decode_select(base, token, pos, temperature, seed, logits, next);
@@ -1014,6 +1266,13 @@ static void cuda_free(mu_backend *base) {
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
     if (b->graph) cudaGraphExecDestroy(b->graph);
+    if (b->wsh) { /* the weights go with their last session */
+        weights_release(b->wsh);
+        b->wsh = NULL;
+        b->layers = NULL;
+        b->wmem = b->f16mem = NULL;
+        b->output_norm = NULL;
+    }
     if (b->prof) {
         for (int i = 0; i < PROF_MAX_EV; i++)
             if (b->prof->ev[i]) cudaEventDestroy(b->prof->ev[i]);
@@ -1142,6 +1401,7 @@ static const mu_backend_ops cuda_ops = {
     .profile_name = cuda_profile_name,
     .membw = cuda_membw,
     .describe = cuda_describe_op,
+    .forward_batch = cuda_forward_batch,
 };
 
 /* What the backend cannot run, as a message; NULL when it can. */
@@ -1206,6 +1466,13 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     b->device = device;
     b->tp = tp;
     b->vocab0 = vocab0;
+    /* measured on the 30B (docs/benchmarks-server.md): the fast lane's f16
+     * GEMM step beats one-by-one decode from 2 rows; the exact lane's f32
+     * GEMM step (~0.57 s) only from ~5 rows of 0.115 s */
+    b->batch_min = env_int("MUSER_CUDA_BATCH_MIN", b->fast ? 2 : 6);
+    b->batch_mv = env_int("MUSER_CUDA_BATCH_MV", 0) != 0;
+    /* single GPU: the model's weights may already be resident (shared) */
+    if (!tp) b->wsh = weights_acquire(m, device);
     int rc = 0;
 #define TRY(x)               \
     do {                     \
@@ -1233,6 +1500,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
         LAYER_MATS(L, ADD)
 #undef ADD
     }
+    if (b->wsh) wdev = 0; /* already resident */
     const uint64_t T = (uint64_t)b->T_max;
     int64_t widest = b->E > b->Q ? b->E : b->Q;
     if (b->F > widest) widest = b->F;
@@ -1264,7 +1532,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
                      "has %.2f GB free",
                      need / 1e9, wdev / 1e9, kv_bytes / 1e9, act_bytes / 1e9, device, prop.name, free_b / 1e9);
 
-    b->layers = calloc((size_t)hp->n_layer, sizeof(cu_layer));
+    b->layers = b->wsh ? b->wsh->layers : calloc((size_t)hp->n_layer, sizeof(cu_layer));
     b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
     b->kc = calloc((size_t)hp->n_layer, sizeof(void *));
     b->vc = calloc((size_t)hp->n_layer, sizeof(void *));
@@ -1283,10 +1551,11 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
             }
             b->bases[b->n_bases++] = L->rope_base;
         }
-        b->layers[l].base_index = i;
+        if (!b->wsh) b->layers[l].base_index = i; /* (shared: set alike by the first session) */
     }
 
-    TRY(upload_weights(b));
+    if (b->wsh) weights_adopt(b);
+    else TRY(upload_weights(b));
 
     /* KV planes: as the CPU (rings of window + chunk - 1 rows, growing planes of n_ctx) */
     for (int l = 0; l < hp->n_layer && !rc; l++) {
@@ -1347,10 +1616,11 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     if (!rc && (cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
                 cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess))
         rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
-    if (!rc && b->fast) rc = build_prefill_cache(b);
+    if (!rc && b->fast && !b->wsh) rc = build_prefill_cache(b);
     if (!rc && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
     if (!rc && b->fast && b->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
     if (!rc) rc = sync_checked(b);
+    if (!rc && !tp && !b->wsh) rc = weights_publish(b);
 #undef TRY
     if (rc) {
         cuda_free(&b->base);
@@ -1358,11 +1628,11 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     }
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s",
+             "prefill cache %s, weights %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
-             b->mv_occupancy, b->f16bytes ? "on" : "off");
+             b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions");
     *out = b;
     return 0;
 }

@@ -72,7 +72,10 @@ typedef struct mu_backend_ops {
      * these ops on the same model) and position pos[i], used for its RoPE,
      * KV append and attention; logits[i] receives its [n_vocab]. Runs on
      * rows[0]'s threads and activations; n <= rows[0]'s n_batch. On
-     * failure rows may hold an extra KV row: the caller truncates. */
+     * failure rows may hold an extra KV row: the caller truncates.
+     * MUSER_EUNSUPPORTED, before changing anything: rows it does not mix
+     * (or too few to gain from it); the engine feeds that chunk's rows one
+     * by one through forward. */
     int (*forward_batch)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                          float *const *logits);
 } mu_backend_ops;

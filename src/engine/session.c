@@ -524,9 +524,13 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
         const int cap = sessions[done]->cfg.n_batch;
         const int chunk = n - done < cap ? n - done : cap;
         rc = ops->forward_batch(rows + done, tokens + done, pos + done, chunk, dst + done);
-        if (rc == MUSER_EUNSUPPORTED && done == 0) { /* rows the backend cannot mix: nothing changed yet */
-            free(rows), free(pos), free(dst);
-            return decode_one_by_one(sessions, tokens, n);
+        if (rc == MUSER_EUNSUPPORTED) {
+            /* rows the backend does not mix (or too few to gain from it): this
+             * chunk's rows one by one; the backend changed nothing before saying so */
+            mu_clear_error();
+            rc = 0;
+            for (int i = done; i < done + chunk && !rc; i++)
+                rc = rows[i]->ops->forward(rows[i], &tokens[i], 1, pos[i], false, dst[i]);
         }
         if (rc) {
             /* Every row goes back to where it was; KV rows of a half-done step are cut. */
