@@ -54,6 +54,8 @@ static muser_session *new_session(const muser_model *m, muser_kv_type kv, int th
     muser_session *s = NULL;
     int rc = muser_session_new(m, &sp, &s);
     CHECKF(rc == 0, "%s", muser_last_error());
+    /* the default lane (auto) is exact on the CPU */
+    if (s) CHECK(muser_session_lane(s) == MUSER_LANE_EXACT);
     return s;
 }
 
