@@ -1240,20 +1240,7 @@ static int cuda_select(mu_backend *base, muser_token token, int pos, float tempe
 
 static int cuda_truncate(mu_backend *base, int pos) {
     cuda_backend *b = (cuda_backend *)base;
-    const mu_hparams *hp = &b->m->hp;
-    for (int l = 0; l < hp->n_layer; l++) {
-        const mu_kv_plane *p = &b->planes[l];
-        int64_t need = pos > 0 ? pos - (mu_layer_visible(hp, &b->m->layers[l], pos) - 1) : 0;
-        if (pos > 0 && p->origin_logical > need)
-            return mu_fail(MUSER_EUNSUPPORTED,
-                           "cannot rewind to position %d: layer %d's sliding ring no longer holds position %lld", pos,
-                           l, (long long)need);
-    }
-    for (int l = 0; l < hp->n_layer; l++) {
-        if (pos == 0) mu_kv_plane_reset(&b->planes[l]);
-        else mu_kv_truncate(&b->planes[l], pos);
-    }
-    return 0;
+    return mu_planes_truncate(b->m, b->planes, pos);
 }
 
 static void cuda_reset(mu_backend *base) {

@@ -144,4 +144,10 @@ typedef struct mu_route_decision {
 bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, int layer,
                           mu_route_decision *d);
 
+/* Rewinds a backend's planes (one per layer) to hold positions < pos
+ * (0: empty). Every plane is checked first, so a refusal (a sliding ring
+ * that no longer holds what position pos would see) leaves them all
+ * unchanged. */
+int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos);
+
 #endif
