@@ -1299,74 +1299,28 @@ static void cuda_free(mu_backend *base) {
 }
 
 /* ---- ring checkpoints (prompt caching) -----------------------------------------------------
- * As the CPU's: a blob with every plane's bookkeeping and each sliding
- * ring's K and V rows, copied from the device; growing planes are not
- * copied (they still hold the prefix) and are cut back on restore. */
-typedef struct ckpt_header {
-    uint32_t magic, n_layer;
-    uint64_t row_bytes;
-} ckpt_header;
-#define CKPT_MAGIC 0x4b50434du
+ * The engine's blob format (engine/checkpoint.c); the rings' rows are
+ * copied between the device and the blob. */
+static int ckpt_copy_rows(void *ctx, int layer, bool to_blob, uint8_t *k_blob, uint8_t *v_blob, size_t n) {
+    cuda_backend *b = ctx;
+    if (to_blob) {
+        CU_CHECK(cudaMemcpy(k_blob, b->kc[layer], n, cudaMemcpyDeviceToHost));
+        CU_CHECK(cudaMemcpy(v_blob, b->vc[layer], n, cudaMemcpyDeviceToHost));
+    } else {
+        CU_CHECK(cudaMemcpy(b->kc[layer], k_blob, n, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpy(b->vc[layer], v_blob, n, cudaMemcpyHostToDevice));
+    }
+    return 0;
+}
 
 static int cuda_checkpoint_save(mu_backend *base, void **out, size_t *size) {
     cuda_backend *b = (cuda_backend *)base;
-    const int L = b->m->hp.n_layer;
-    const size_t row = (size_t)b->KVD * b->kv_elem;
-    size_t total = sizeof(ckpt_header);
-    for (int l = 0; l < L; l++) {
-        total += sizeof(mu_kv_plane);
-        if (b->planes[l].ring) total += 2 * (size_t)b->planes[l].capacity * row;
-    }
-    uint8_t *blob = malloc(total), *p = blob;
-    if (!blob) return mu_fail(MUSER_ENOMEM, "out of memory for a KV checkpoint (%zu bytes)", total);
-    ckpt_header h = {CKPT_MAGIC, (uint32_t)L, row};
-    memcpy(p, &h, sizeof h), p += sizeof h;
-    for (int l = 0; l < L; l++) {
-        memcpy(p, &b->planes[l], sizeof(mu_kv_plane)), p += sizeof(mu_kv_plane);
-        if (!b->planes[l].ring) continue;
-        const size_t n = (size_t)b->planes[l].capacity * row;
-        if (cudaMemcpy(p, b->kc[l], n, cudaMemcpyDeviceToHost) != cudaSuccess ||
-            cudaMemcpy(p + n, b->vc[l], n, cudaMemcpyDeviceToHost) != cudaSuccess) {
-            free(blob);
-            return mu_fail(MUSER_EBACKEND, "KV checkpoint: %s", cudaGetErrorString(cudaGetLastError()));
-        }
-        p += 2 * n;
-    }
-    *out = blob;
-    *size = total;
-    return 0;
+    return mu_ckpt_save(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, out, size);
 }
 
 static int cuda_checkpoint_restore(mu_backend *base, const void *blob, size_t size, int pos) {
     cuda_backend *b = (cuda_backend *)base;
-    const int L = b->m->hp.n_layer;
-    const size_t row = (size_t)b->KVD * b->kv_elem;
-    ckpt_header h;
-    if (size < sizeof h) return mu_fail(MUSER_EINVAL, "bad KV checkpoint");
-    memcpy(&h, blob, sizeof h);
-    if (h.magic != CKPT_MAGIC || h.n_layer != (uint32_t)L || h.row_bytes != row)
-        return mu_fail(MUSER_EINVAL, "KV checkpoint does not belong to this session");
-    for (int l = 0; l < L; l++) {
-        const mu_kv_plane *g = &b->planes[l];
-        if (!g->ring && g->origin_logical + g->len < pos)
-            return mu_fail(MUSER_EINVAL, "KV checkpoint at %d: layer %d holds only %lld positions", pos, l,
-                           (long long)(g->origin_logical + g->len));
-    }
-    const uint8_t *p = (const uint8_t *)blob + sizeof h;
-    for (int l = 0; l < L; l++) {
-        mu_kv_plane saved;
-        memcpy(&saved, p, sizeof saved), p += sizeof saved;
-        if (!saved.ring) {
-            mu_kv_truncate(&b->planes[l], pos);
-            continue;
-        }
-        const size_t n = (size_t)saved.capacity * row;
-        CU_CHECK(cudaMemcpy(b->kc[l], p, n, cudaMemcpyHostToDevice));
-        CU_CHECK(cudaMemcpy(b->vc[l], p + n, n, cudaMemcpyHostToDevice));
-        p += 2 * n;
-        b->planes[l] = saved;
-    }
-    return 0;
+    return mu_ckpt_restore(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, blob, size, pos);
 }
 
 static int cuda_fill_kv(mu_backend *base, int depth, uint64_t seed);

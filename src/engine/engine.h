@@ -150,4 +150,14 @@ bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, 
  * unchanged. */
 int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos);
 
+/* Ring checkpoints (engine/checkpoint.c): one blob format for every
+ * backend. copy moves layer l's K and V rows (n bytes each) between the
+ * backend's cache and the blob: into k_blob/v_blob when to_blob, else out
+ * of them. Restore validates the whole blob before changing anything. */
+typedef int (*mu_ckpt_copy)(void *ctx, int layer, bool to_blob, uint8_t *k_blob, uint8_t *v_blob, size_t n);
+int mu_ckpt_save(const mu_model *m, const mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
+                 void **out, size_t *size);
+int mu_ckpt_restore(const mu_model *m, mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
+                    const void *blob, size_t size, int pos);
+
 #endif
