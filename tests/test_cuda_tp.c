@@ -26,9 +26,8 @@
 #include "engine/engine.h"
 #include "engine/parity.h"
 
-/* Logits of n tokens decoded one by one, and each step's device choice. */
-static float *decode_all(muser_model *m, int gpus, muser_lane lane, muser_kv_type kv, const int *tokens, int n, int V,
-                         muser_token *chosen) {
+/* A CUDA session over gpus GPUs (0: the single-GPU backend). */
+static muser_session *new_session(muser_model *m, int gpus, muser_lane lane, muser_kv_type kv) {
     muser_session_params sp = muser_session_default_params();
     sp.backend = MUSER_BACKEND_CUDA;
     sp.lane = lane;
@@ -37,10 +36,15 @@ static float *decode_all(muser_model *m, int gpus, muser_lane lane, muser_kv_typ
     sp.n_batch = 64;
     sp.gpus = gpus;
     muser_session *s = NULL;
-    if (muser_session_new(m, &sp, &s) != 0) {
-        CHECKF(0, "session (--gpus %d): %s", gpus, muser_last_error());
-        return NULL;
-    }
+    if (muser_session_new(m, &sp, &s) != 0) CHECKF(0, "session (--gpus %d): %s", gpus, muser_last_error());
+    return s;
+}
+
+/* Logits of n tokens decoded one by one, and each step's device choice. */
+static float *decode_all(muser_model *m, int gpus, muser_lane lane, muser_kv_type kv, const int *tokens, int n, int V,
+                         muser_token *chosen) {
+    muser_session *s = new_session(m, gpus, lane, kv);
+    if (!s) return NULL;
     float *out = malloc(sizeof(float) * (size_t)n * V);
     for (int i = 0; i < n; i++) {
         CHECK(mu_session_decode_select(s, tokens[i], 0.0f, 0, true, &chosen[i]) == 0);
@@ -52,18 +56,8 @@ static float *decode_all(muser_model *m, int gpus, muser_lane lane, muser_kv_typ
 
 /* The same tokens fed as one chunk with every position's logits. */
 static float *feed_all(muser_model *m, int gpus, muser_lane lane, muser_kv_type kv, const int *tokens, int n, int V) {
-    muser_session_params sp = muser_session_default_params();
-    sp.backend = MUSER_BACKEND_CUDA;
-    sp.lane = lane;
-    sp.kv_type = kv;
-    sp.n_ctx = 256;
-    sp.n_batch = 64;
-    sp.gpus = gpus;
-    muser_session *s = NULL;
-    if (muser_session_new(m, &sp, &s) != 0) {
-        CHECKF(0, "session (--gpus %d): %s", gpus, muser_last_error());
-        return NULL;
-    }
+    muser_session *s = new_session(m, gpus, lane, kv);
+    if (!s) return NULL;
     float *out = malloc(sizeof(float) * (size_t)n * V);
     CHECK(muser_session_feed(s, (const muser_token *)tokens, n, true) == 0);
     for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, muser_session_logits_at(s, i), sizeof(float) * V);
@@ -120,23 +114,13 @@ int main(int argc, char **argv) {
         snprintf(why, sizeof why, "tensor parallel over %d GPUs needs %d GPUs; %d present", gpus, gpus, present);
         tl_skip(why);
     }
-    const char *dir = getenv("MUSER_TEST_DATA");
-    if (!dir || !*dir) dir = MUSER_TEST_DATA;
-    char path[512], tpath[512], epath[512], lpath[512];
-    snprintf(path, sizeof path, "%s/fixtures/nano/nano-Q4_K_M.gguf", dir);
-    snprintf(tpath, sizeof tpath, "%s/fixtures/nano/tokens.txt", dir);
-    snprintf(epath, sizeof epath, "%s/fixtures/nano/nano-Q4_K_M.exact.f32", dir);
-    snprintf(lpath, sizeof lpath, "%s/fixtures/nano/nano-Q4_K_M.decode.f32", dir);
-    muser_model *m = NULL;
-    CHECKF(muser_model_load(path, &m) == 0, "%s: %s", path, muser_last_error());
-    int n_all = 0;
-    int *tokens = tl_read_tokens(tpath, &n_all);
-    float *exact = tl_read_file(epath, NULL), *llama = tl_read_file(lpath, NULL);
-    CHECKF(tokens && exact && llama && n_all >= 48, "fixture files under %s/fixtures/nano", dir);
-    if (!m || !tokens || !exact || !llama || n_all < 48) return tl_finish("cuda_tp");
-    muser_model_info info;
-    muser_model_get_info(m, &info);
-    const int V = info.n_vocab, n = 48;
+    tl_fixture fx;
+    if (!tl_fixture_load("fixtures/nano/nano-Q4_K_M", true, &fx)) return tl_finish("cuda_tp");
+    muser_model *m = fx.model;
+    const int *tokens = fx.tokens;
+    const float *exact = fx.exact, *llama = fx.llama;
+    CHECK(fx.n >= 48);
+    const int V = fx.V, n = fx.n < 48 ? fx.n : 48;
     printf("tensor parallel over %d GPU%s (nano-Q4_K_M, %d tokens of the fixture):\n", gpus, gpus == 1 ? "" : "s", n);
     for (int li = 0; li < 2; li++) {
         const bool fast = li == 1;
@@ -166,10 +150,7 @@ int main(int argc, char **argv) {
         free(tp);
         free(fed);
     }
-    free(tokens);
-    free(exact);
-    free(llama);
-    muser_model_free(m);
+    tl_fixture_free(&fx);
     return tl_finish("cuda_tp");
 }
 
