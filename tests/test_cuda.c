@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "muser.h"
+#include "fixture.h"
 #include "testlib.h"
 
 #ifdef MUSER_HAVE_CUDA

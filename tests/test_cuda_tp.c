@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "muser.h"
+#include "fixture.h"
 #include "testlib.h"
 
 #if defined(MUSER_HAVE_CUDA) && defined(MUSER_HAVE_NCCL)

@@ -15,6 +15,7 @@
 
 #include "engine/parity.h"
 #include "muser.h"
+#include "fixture.h"
 #include "testlib.h"
 
 typedef struct fixture {

@@ -57,20 +57,5 @@ void *tl_read_file(const char *path, size_t *size);
  * malloc'd, count in *n; NULL on failure. */
 int *tl_read_tokens(const char *path, int *n);
 
-/* A parity fixture: REL.gguf with the tokens.txt beside it, REL.exact.f32
- * (the float reference) and REL.decode.f32 (llama.cpp's default run),
- * each [n][V] little-endian f32. */
-typedef struct muser_model muser_model;
-typedef struct tl_fixture {
-    muser_model *model;
-    int *tokens;
-    int n, V;
-    float *exact, *llama;
-} tl_fixture;
-/* Loads REL from tests/data (local; MUSER_TEST_DATA overrides the folder)
- * or from the shared data dir. Prints a loud SKIPPED line and returns false
- * when a file is absent; CHECK-fails and returns false when one is bad. */
-bool tl_fixture_load(const char *rel, bool local, tl_fixture *fx);
-void tl_fixture_free(tl_fixture *fx);
 
 #endif

@@ -752,9 +752,11 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     /* (fusing this into the matvec's epilogue was measured 2.5% slower:
      * a fence and an atomic per q/k row) */
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
-    RC(prof_mark(b, p, PF_QKPOST));
-    CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-    RC(run_attention(b, l, 1, p, false));
+    if (!(mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN)) { /* (timing experiments leave these out) */
+        RC(prof_mark(b, p, PF_QKPOST));
+        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+        RC(run_attention(b, l, 1, p, false));
+    }
 
     mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
@@ -778,9 +780,12 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     mv_init(&a, b, MU_CU_EPI_GATEUP, act_of(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
     mv_seg(&a, &D->ffn_gate, b->ff);
     mv_seg(&a, &D->ffn_up, b->fu);
+    /* the int8 groups of the products: made by the down launch while it
+     * stages its input (default), or by gate/up's last writer of each group */
+    const bool epi_q = b->fast && (mu_cu_get_matvec_lab() & MU_CU_LAB_EPI_GROUP_QUANT);
     a.gu.x = b->ff;
-    a.gu.q = b->fast ? b->fq : NULL;
-    a.gu.ds = b->fast ? b->fds : NULL;
+    a.gu.q = epi_q ? b->fq : NULL;
+    a.gu.ds = epi_q ? b->fds : NULL;
     a.group_count = b->group_count;
     RC(prof_mark(b, p, PF_GATEUP));
     CU_CHECK(mu_cu_matvec(&a, s));
@@ -788,6 +793,7 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->ff, b->fast ? b->fq : NULL, b->fast ? b->fds : NULL));
     mv_seg(&a, &D->ffn_down, b->t);
+    a.quant_input = b->fast && !epi_q;
     const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
     a.rn = resnorm_of(b, b->t, D->post_ffn_norm, next, false);
     a.counter = b->counters + 2 * l + 1;
