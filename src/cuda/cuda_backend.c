@@ -1807,6 +1807,7 @@ typedef struct tp_backend {
     bool use_graph, graph_ready, graph_broken, prof_on;
     bool skip_reduce; /* MUSER_TP_SKIP_ALLREDUCE=1: timing lab only, wrong logits */
     char desc[640];
+    char membw_what[256];
 } tp_backend;
 
 /* Rank r's shard as a model: views of the file's tensors, its shapes. */
@@ -2041,10 +2042,17 @@ static const mu_prof_entry *tp_profile(mu_backend *base, bool on) {
     return e;
 }
 
+/* The ceiling of a split step: every GPU streams its own shard, so the
+ * sum of the GPUs' copy rates (GPU 0's, measured, times N: the GPUs of a
+ * host are alike). */
 static int tp_membw(mu_backend *base, double *gbps, const char **what) {
     tp_backend *t = (tp_backend *)base;
     RC(tp_set(t->r[0]));
-    return cuda_membw(&t->r[0]->base, gbps, what);
+    RC(cuda_membw(&t->r[0]->base, gbps, what));
+    *gbps *= t->n;
+    snprintf(t->membw_what, sizeof t->membw_what, "%d x GPU 0's %s", t->n, *what);
+    *what = t->membw_what;
+    return 0;
 }
 
 static const char *tp_describe(mu_backend *base) { return ((tp_backend *)base)->desc; }
