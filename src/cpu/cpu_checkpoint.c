@@ -6,14 +6,16 @@
 #include "cpu/cpu_internal.h"
 #include "engine/engine.h"
 
-static int copy_rows(void *ctx, int layer, bool to_blob, uint8_t *k_blob, uint8_t *v_blob, size_t n) {
+static int copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob, uint8_t *v_blob) {
     cpu_backend *b = ctx;
+    const size_t off = (size_t)slot0 * b->kv_row_bytes, bytes = (size_t)n * b->kv_row_bytes;
+    uint8_t *k = (uint8_t *)b->kcache[layer] + off, *v = (uint8_t *)b->vcache[layer] + off;
     if (to_blob) {
-        memcpy(k_blob, b->kcache[layer], n);
-        memcpy(v_blob, b->vcache[layer], n);
+        memcpy(k_blob, k, bytes);
+        memcpy(v_blob, v, bytes);
     } else {
-        memcpy(b->kcache[layer], k_blob, n);
-        memcpy(b->vcache[layer], v_blob, n);
+        memcpy(k, k_blob, bytes);
+        memcpy(v, v_blob, bytes);
     }
     return 0;
 }

@@ -1307,14 +1307,17 @@ static void cuda_free(mu_backend *base) {
 /* ---- ring checkpoints (prompt caching) -----------------------------------------------------
  * The engine's blob format (engine/checkpoint.c); the rings' rows are
  * copied between the device and the blob. */
-static int ckpt_copy_rows(void *ctx, int layer, bool to_blob, uint8_t *k_blob, uint8_t *v_blob, size_t n) {
+static int ckpt_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob,
+                          uint8_t *v_blob) {
     cuda_backend *b = ctx;
+    const size_t row = (size_t)b->KVD * b->kv_elem, off = (size_t)slot0 * row, bytes = (size_t)n * row;
+    uint8_t *k = (uint8_t *)b->kc[layer] + off, *v = (uint8_t *)b->vc[layer] + off;
     if (to_blob) {
-        CU_CHECK(cudaMemcpy(k_blob, b->kc[layer], n, cudaMemcpyDeviceToHost));
-        CU_CHECK(cudaMemcpy(v_blob, b->vc[layer], n, cudaMemcpyDeviceToHost));
+        CU_CHECK(cudaMemcpy(k_blob, k, bytes, cudaMemcpyDeviceToHost));
+        CU_CHECK(cudaMemcpy(v_blob, v, bytes, cudaMemcpyDeviceToHost));
     } else {
-        CU_CHECK(cudaMemcpy(b->kc[layer], k_blob, n, cudaMemcpyHostToDevice));
-        CU_CHECK(cudaMemcpy(b->vc[layer], v_blob, n, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpy(k, k_blob, bytes, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpy(v, v_blob, bytes, cudaMemcpyHostToDevice));
     }
     return 0;
 }

@@ -18,28 +18,49 @@ typedef struct ckpt_header {
 
 #define CKPT_MAGIC 0x4b50434du /* "MCPK" */
 
+/* The physical runs of a ring's held rows: [origin_physical, ...) up to
+ * the end of the buffer, then from slot 0 when the rows wrap. */
+static int held_runs(const mu_kv_plane *p, int64_t first[2], int64_t count[2]) {
+    const int64_t to_end = p->capacity - p->origin_physical;
+    first[0] = p->origin_physical;
+    count[0] = p->len < to_end ? p->len : to_end;
+    first[1] = 0;
+    count[1] = p->len - count[0];
+    return count[1] > 0 ? 2 : 1;
+}
+
+static bool plane_sane(const mu_kv_plane *p) {
+    return p->capacity > 0 && p->len >= 0 && p->len <= p->capacity && p->origin_physical >= 0 &&
+           p->origin_physical < p->capacity && p->origin_logical >= 0;
+}
+
 int mu_ckpt_save(const mu_model *m, const mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
                  void **out, size_t *size) {
     const int L = m->hp.n_layer;
     size_t total = sizeof(ckpt_header);
     for (int l = 0; l < L; l++) {
         total += sizeof(mu_kv_plane);
-        if (planes[l].ring) total += 2 * (size_t)planes[l].capacity * row_bytes;
+        if (planes[l].ring) total += 2 * (size_t)planes[l].len * row_bytes;
     }
     uint8_t *blob = malloc(total), *p = blob;
     if (!blob) return mu_fail(MUSER_ENOMEM, "out of memory for a KV checkpoint (%zu bytes)", total);
     ckpt_header h = {CKPT_MAGIC, (uint32_t)L, row_bytes};
     memcpy(p, &h, sizeof h), p += sizeof h;
     for (int l = 0; l < L; l++) {
-        memcpy(p, &planes[l], sizeof(mu_kv_plane)), p += sizeof(mu_kv_plane);
-        if (!planes[l].ring) continue;
-        const size_t n = (size_t)planes[l].capacity * row_bytes;
-        int rc = copy(ctx, l, true, p, p + n, n);
-        if (rc) {
-            free(blob);
-            return rc;
+        const mu_kv_plane *g = &planes[l];
+        memcpy(p, g, sizeof(mu_kv_plane)), p += sizeof(mu_kv_plane);
+        if (!g->ring) continue;
+        int64_t first[2], count[2];
+        const int runs = held_runs(g, first, count);
+        for (int r = 0; r < runs; r++) {
+            const size_t n = (size_t)count[r] * row_bytes;
+            int rc = copy(ctx, l, true, first[r], count[r], p, p + n);
+            if (rc) {
+                free(blob);
+                return rc;
+            }
+            p += 2 * n;
         }
-        p += 2 * n;
     }
     *out = blob;
     *size = total;
@@ -65,9 +86,9 @@ int mu_ckpt_restore(const mu_model *m, mu_kv_plane *planes, size_t row_bytes, mu
         mu_kv_plane saved;
         if (size < need + sizeof saved) return mu_fail(MUSER_EINVAL, "KV checkpoint is truncated");
         memcpy(&saved, p, sizeof saved);
-        if (saved.ring != g->ring || saved.capacity != g->capacity)
+        if (saved.ring != g->ring || saved.capacity != g->capacity || (saved.ring && !plane_sane(&saved)))
             return mu_fail(MUSER_EINVAL, "KV checkpoint does not belong to this session (layer %d)", l);
-        const size_t rows = saved.ring ? 2 * (size_t)saved.capacity * row_bytes : 0;
+        const size_t rows = saved.ring ? 2 * (size_t)saved.len * row_bytes : 0;
         need += sizeof saved + rows;
         p += sizeof saved + rows;
         if (size < need) return mu_fail(MUSER_EINVAL, "KV checkpoint is truncated");
@@ -80,10 +101,14 @@ int mu_ckpt_restore(const mu_model *m, mu_kv_plane *planes, size_t row_bytes, mu
             mu_kv_truncate(&planes[l], pos);
             continue;
         }
-        const size_t n = (size_t)saved.capacity * row_bytes;
-        int rc = copy(ctx, l, false, (uint8_t *)p, (uint8_t *)p + n, n);
-        if (rc) return rc;
-        p += 2 * n;
+        int64_t first[2], count[2];
+        const int runs = held_runs(&saved, first, count);
+        for (int r = 0; r < runs; r++) {
+            const size_t n = (size_t)count[r] * row_bytes;
+            int rc = copy(ctx, l, false, first[r], count[r], (uint8_t *)p, (uint8_t *)p + n);
+            if (rc) return rc;
+            p += 2 * n;
+        }
         planes[l] = saved;
     }
     return 0;

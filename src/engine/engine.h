@@ -151,10 +151,13 @@ bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, 
 int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos);
 
 /* Ring checkpoints (engine/checkpoint.c): one blob format for every
- * backend. copy moves layer l's K and V rows (n bytes each) between the
- * backend's cache and the blob: into k_blob/v_blob when to_blob, else out
- * of them. Restore validates the whole blob before changing anything. */
-typedef int (*mu_ckpt_copy)(void *ctx, int layer, bool to_blob, uint8_t *k_blob, uint8_t *v_blob, size_t n);
+ * backend, holding each ring's bookkeeping and the rows it holds. copy
+ * moves the K and V rows of layer's physical slots [slot0, slot0 + n)
+ * between the backend's cache and the blob: into k_blob/v_blob when
+ * to_blob, else out of them. Restore validates the whole blob before
+ * changing anything. */
+typedef int (*mu_ckpt_copy)(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob,
+                            uint8_t *v_blob);
 int mu_ckpt_save(const mu_model *m, const mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
                  void **out, size_t *size);
 int mu_ckpt_restore(const mu_model *m, mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
