@@ -74,6 +74,9 @@ typedef enum muser_backend {
 typedef enum muser_lane {
     MUSER_LANE_EXACT = 0, /* f32 activations into every dot product   */
     MUSER_LANE_FAST = 1,  /* activations quantized to int8 blocks     */
+    MUSER_LANE_AUTO = 2,  /* the backend's default: fast on CUDA (as
+                             llama.cpp's CUDA build quantizes activations),
+                             exact on the CPU and the reference           */
 } muser_lane;
 
 typedef enum muser_kv_type {
@@ -99,6 +102,8 @@ void muser_session_free(muser_session *s);
 
 /* Which backend the session actually runs on (AUTO resolved). */
 muser_backend muser_session_backend(const muser_session *s);
+/* Which lane the session computes in (AUTO resolved). */
+muser_lane muser_session_lane(const muser_session *s);
 
 /* Feed n tokens at the current position. With all_logits, logits for every
  * fed position are kept (muser_session_logits_at); otherwise only the last.

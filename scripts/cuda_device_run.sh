@@ -30,7 +30,7 @@ cat "$OUT/misc.log"
 
 # SASS of the Q4_K gate/up matvec, new and old (instruction mix per kernel)
 CU=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-$CU -sass -fun '_Z9mv_kernelI5PolKQILj12EELi1ELi1EEv8mu_cu_mv' $D/muser >"$OUT/sass_new.txt" 2>&1
+$CU -sass -fun '_Z9mv_kernelI5PolKQILj12EELi1ELi1ELb0EEv8mu_cu_mv' $D/muser >"$OUT/sass_new.txt" 2>&1
 [ -x $D/old_bench_cuda ] && $CU -sass -fun '_Z13matvec_kernelILi1ELi1EEv8mu_cu_mv' $D/old_bench_cuda >/tmp/sass_old.txt 2>&1
 for f in "$OUT/sass_new.txt" /tmp/sass_old.txt; do
     [ -s "$f" ] && echo "$(basename $f): $(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$f") instructions;" \

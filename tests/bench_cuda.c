@@ -87,35 +87,42 @@ int main(int argc, char **argv) {
     }
     printf("backend: %s\n", mu_cuda_describe(b));
     const double gb = (double)mu_cuda_weight_bytes(b) / 1e9;
-    /* blocks/SM (0: all that fit), PDL, graph, L2 prefetch before the wait,
+    /* blocks/SM (0: all that fit), PDL, graph, prefetch level before the wait,
      * lab flags (parts of the matvec left out: timing only, wrong logits);
      * the default first and last */
-    static const int var[][5] = {{0, 1, 1, 0, 0},
-                                 {0, 1, 1, 1, 0},
-                                 {0, 0, 1, 0, 0},
-                                 {0, 0, 0, 0, 0},
-                                 {0, 1, 1, 0, MU_CU_LAB_NO_GROUP_QUANT},
-                                 {0, 1, 1, 0, MU_CU_LAB_NO_TAIL},
-                                 {0, 1, 1, 0, MU_CU_LAB_NO_STAGE},
-                                 {0, 1, 1, 0, 0}};
-    static const char *lab_names[8] = {"-", "no int8 groups", "no tail", "", "no staging"};
+    static const unsigned var[][5] = {{0, 1, 1, 0, 0},
+                                      {0, 1, 1, 0, MU_CU_LAB_EPI_GROUP_QUANT},
+                                      {0, 1, 1, 0, MU_CU_LAB_NO_TAIL_PREFETCH},
+                                      {0, 1, 1, 0, MU_CU_LAB_SKIP_ATTN},
+                                      {0, 1, 1, 0, MU_CU_LAB_NO_TAIL},
+                                      {0, 1, 1, 0, MU_CU_LAB_NO_STAGE},
+                                      {0, 0, 1, 0, 0},
+                                      {0, 1, 1, 0, 0}};
     printf("\nA/B at depth %lld (median of %d tokens each; rows that leave a part out time the kernels without it, their "
            "logits are wrong):\n"
-           "| matvec blocks/SM | PDL | graph | L2 prefetch before wait | left out / variant | tok/s | ms/token | weight GB/s |\n"
+           "| matvec blocks/SM | PDL | graph | prefetch level before wait | left out / variant | tok/s | ms/token | weight GB/s |\n"
            "|---:|---|---|---|---|---:|---:|---:|\n",
            (long long)depth, gen);
     for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++) {
-        mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
-        mu_cu_set_matvec_prefetch(var[vi][3]);
-        mu_cu_set_matvec_lab((unsigned)var[vi][4]);
+        mu_cuda_set_options(b, (int)var[vi][2], (int)var[vi][1], -1, (int)var[vi][0]);
+        mu_cu_set_matvec_prefetch((int)var[vi][3]);
+        mu_cu_set_matvec_lab(var[vi][4]);
         double ms = 0;
         if (time_decode(b, depth, gen, &ms) != 0) {
             fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
             return 1;
         }
-        printf("| %s | %s | %s | %s | %s | %.1f | %.3f | %.0f |\n", var[vi][0] ? "1" : "all", var[vi][1] ? "on" : "off",
-               var[vi][2] ? "on" : "off", var[vi][3] ? "on" : "off", lab_names[var[vi][4] & 7], 1e3 / ms, ms,
-               gb / (ms * 1e-3));
+        char what[128] = "";
+        const unsigned f = var[vi][4];
+        if (!f) strcat(what, "-");
+        if (f & MU_CU_LAB_NO_GROUP_QUANT) strcat(what, "no int8 groups ");
+        if (f & MU_CU_LAB_NO_TAIL) strcat(what, "no tail ");
+        if (f & MU_CU_LAB_NO_STAGE) strcat(what, "no staging ");
+        if (f & MU_CU_LAB_EPI_GROUP_QUANT) strcat(what, "int8 groups in gate/up ");
+        if (f & MU_CU_LAB_SKIP_ATTN) strcat(what, "no qk-post/attention/reduce ");
+        if (f & MU_CU_LAB_NO_TAIL_PREFETCH) strcat(what, "no L2 prefetch for the tail ");
+        printf("| %s | %s | %s | %u | %s | %.1f | %.3f | %.0f |\n", var[vi][0] ? "1" : "all", var[vi][1] ? "on" : "off",
+               var[vi][2] ? "on" : "off", var[vi][3], what, 1e3 / ms, ms, gb / (ms * 1e-3));
         fflush(stdout);
     }
     mu_cu_set_matvec_lab(0);

@@ -3,16 +3,46 @@
  * session the logits a one-token feed of its own gives, step after step
  * (up to float summation order: n-row matmul kernels may add in another
  * order than one-row ones), with the same top token;
- * more sessions than the leader's n_batch run in chunks; bad calls fail
- * before changing anything. */
+ * more sessions than the leader's n_batch run in chunks; a chunk the
+ * backend refuses (MUSER_EUNSUPPORTED: too few rows, rows it cannot mix —
+ * the CUDA backend does both) is fed row by row, whatever its place; bad
+ * calls fail before changing anything. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
 #include "muser.h"
 #include "testlib.h"
 #include "tinymodel.h"
 
 enum { MAX_ROWS = 7, STEPS = 12 };
+
+/* A backend that refuses some chunks: fewer than refuse_below rows, or the
+ * chunk led by refuse_leader (the CPU backend's ops otherwise). */
+static struct {
+    bool on;
+    const mu_backend_ops *inner;
+    mu_backend_ops ops;
+    int refuse_below, refusals;
+    const mu_backend *refuse_leader;
+} g_wrap;
+
+static int refusing_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                          float *const *logits) {
+    if (n < g_wrap.refuse_below || rows[0] == g_wrap.refuse_leader) {
+        g_wrap.refusals++;
+        return MUSER_EUNSUPPORTED;
+    }
+    return g_wrap.inner->forward_batch(rows, tokens, pos, n, logits);
+}
+
+static void wrap_backend(muser_session *s) {
+    mu_backend *b = mu_session_backend_of(s);
+    g_wrap.inner = b->ops;
+    g_wrap.ops = *b->ops;
+    g_wrap.ops.forward_batch = refusing_batch;
+    b->ops = &g_wrap.ops;
+}
 
 static muser_session *new_session(const muser_model *m, muser_kv_type kv, int threads) {
     muser_session_params sp = muser_session_default_params();
@@ -24,6 +54,8 @@ static muser_session *new_session(const muser_model *m, muser_kv_type kv, int th
     muser_session *s = NULL;
     int rc = muser_session_new(m, &sp, &s);
     CHECKF(rc == 0, "%s", muser_last_error());
+    /* the default lane (auto) is exact on the CPU */
+    if (s) CHECK(muser_session_lane(s) == MUSER_LANE_EXACT);
     return s;
 }
 
@@ -40,7 +72,9 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv
         for (int k = 0; k < len; k++) prompt[k] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
         CHECK(muser_session_feed(batch[i], prompt, len, false) == 0);
         CHECK(muser_session_feed(single[i], prompt, len, false) == 0);
+        if (g_wrap.on) wrap_backend(batch[i]);
     }
+    if (g_wrap.on && n > 3) g_wrap.refuse_leader = mu_session_backend_of(batch[3]); /* the middle chunk */
     double worst = 0;
     int top1_diff = 0;
     for (int step = 0; step < STEPS; step++) {
@@ -127,6 +161,12 @@ int main(void) {
     batch_vs_single(m, o.vocab, 4, MUSER_KV_F16, 1);
     batch_vs_single(m, o.vocab, 6, MUSER_KV_F16, 2);
     bad_calls(m, o.vocab);
+    /* chunks of 3 + 3 + 1 rows: the last (too few) and the middle (its leader) refused */
+    g_wrap.on = true;
+    g_wrap.refuse_below = 2;
+    batch_vs_single(m, o.vocab, 7, MUSER_KV_F32, 2);
+    CHECKF(g_wrap.refusals == 2 * STEPS, "%d chunks refused, expected %d", g_wrap.refusals, 2 * STEPS);
+    g_wrap.on = false;
     muser_model_free(m);
     remove(path);
     return tl_finish("batch");

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "muser.h"
+#include "fixture.h"
 #include "testlib.h"
 
 #ifdef MUSER_HAVE_CUDA
@@ -498,39 +499,6 @@ static void test_attention(void) {
 
 /* ---- part 2: parity on the fixtures ------------------------------------------------------- */
 
-static const char *data_path(const char *rel, bool local, char *buf, size_t cap) {
-    if (local) {
-        const char *dir = getenv("MUSER_TEST_DATA");
-        snprintf(buf, cap, "%s/%s", dir && *dir ? dir : MUSER_TEST_DATA, rel);
-        FILE *f = fopen(buf, "rb");
-        if (f) {
-            fclose(f);
-            return buf;
-        }
-        return NULL;
-    }
-    return tl_shared(rel, buf, cap);
-}
-
-static int *read_tokens(const char *path, int *n) {
-    char *text = tl_read_file(path, NULL);
-    if (!text) return NULL;
-    int cap = 512, count = 0;
-    int *ids = malloc(sizeof(int) * cap);
-    for (char *p = text, *end; *p; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            if (!*++end) break;
-            continue;
-        }
-        if (count == cap) ids = realloc(ids, sizeof(int) * (cap *= 2));
-        ids[count++] = (int)v;
-    }
-    free(text);
-    *n = count;
-    return ids;
-}
-
 typedef struct run_opts {
     muser_lane lane;
     muser_kv_type kv;
@@ -654,32 +622,13 @@ static void check_checkpoint(muser_model *m, const int *tokens, int n, int V, co
 }
 
 static void test_fixture(const char *rel, bool local) {
-    char pm[512], pt[512], pe[512], pd[512], tok_rel[256];
-    char r1[300], r2[300], r3[300];
-    snprintf(r1, sizeof r1, "%s.gguf", rel);
-    snprintf(r2, sizeof r2, "%s.exact.f32", rel);
-    snprintf(r3, sizeof r3, "%s.decode.f32", rel);
-    snprintf(tok_rel, sizeof tok_rel, "%.*s/tokens.txt", (int)(strrchr(rel, '/') - rel), rel);
-    const char *model_path = data_path(r1, local, pm, sizeof pm);
-    const char *tok_path = data_path(tok_rel, local, pt, sizeof pt);
-    const char *exact_path = data_path(r2, local, pe, sizeof pe);
-    const char *llama_path = data_path(r3, local, pd, sizeof pd);
-    if (!model_path || !tok_path || !exact_path || !llama_path) {
-        printf("\n**************** SKIPPED: %s (fixture not found; set MUSER_TEST_DATA / MUSER_DATA_DIR) ****************\n\n", rel);
-        return;
-    }
-    muser_model *m = NULL;
-    int rc = muser_model_load(model_path, &m);
-    CHECKF(rc == 0, "%s: %s", model_path, muser_last_error());
-    if (rc) return;
-    muser_model_info info;
-    muser_model_get_info(m, &info);
-    const int V = info.n_vocab;
-    int n = 0;
-    int *tokens = read_tokens(tok_path, &n);
-    size_t es = 0, ds = 0;
-    float *exact = tl_read_file(exact_path, &es), *llama = tl_read_file(llama_path, &ds);
-    CHECK(tokens && n == 160 && es == (size_t)n * V * 4 && ds == es);
+    tl_fixture fx;
+    if (!tl_fixture_load(rel, local, &fx)) return;
+    muser_model *m = fx.model;
+    const int V = fx.V, n = fx.n;
+    int *tokens = fx.tokens;
+    const float *exact = fx.exact, *llama = fx.llama;
+    CHECK(n == 160);
     mu_parity llama_vs_exact;
     mu_parity_compare(exact, llama, n, V, &llama_vs_exact);
     for (int mode = 0; mode < 2; mode++) {
@@ -711,10 +660,7 @@ static void test_fixture(const char *rel, bool local) {
     }
     check_decode_paths(m, tokens, 48, V, rel);
     check_checkpoint(m, tokens, 120, V, rel);
-    free(tokens);
-    free(exact);
-    free(llama);
-    muser_model_free(m);
+    tl_fixture_free(&fx);
 }
 
 int main(void) {

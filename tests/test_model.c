@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "engine/parity.h"
 #include "model/model.h"
 #include "muser.h"
@@ -276,6 +277,22 @@ static void test_sync_and_checkpoints(void) {
     CHECK(muser_session_sync(s, b, 35, &reused) == 0 && reused == 0);
     CHECK(muser_session_sync(fresh, b, 35, NULL) == 0);
     CHECK(memcmp(muser_session_logits(s), muser_session_logits(fresh), sizeof(float) * 50) == 0);
+    /* A blob that is cut short or belongs to another session is refused
+     * before anything changes. */
+    mu_backend *be = mu_session_backend_of(s);
+    void *blob = NULL;
+    size_t bsize = 0;
+    CHECK(be->ops->checkpoint_save(be, &blob, &bsize) == 0 && blob && bsize > 64);
+    if (blob) {
+        const int pos = 35;
+        CHECK(be->ops->checkpoint_restore(be, blob, bsize - 1, pos) == MUSER_EINVAL);
+        CHECK(be->ops->checkpoint_restore(be, blob, 20, pos) == MUSER_EINVAL);
+        ((uint8_t *)blob)[0] ^= 1;
+        CHECK(be->ops->checkpoint_restore(be, blob, bsize, pos) == MUSER_EINVAL);
+        ((uint8_t *)blob)[0] ^= 1;
+        CHECK(be->ops->checkpoint_restore(be, blob, bsize, pos) == 0);
+        free(blob);
+    }
     muser_session_free(s);
     muser_session_free(fresh);
     muser_model_free(m);

@@ -15,6 +15,7 @@
 
 #include "engine/parity.h"
 #include "muser.h"
+#include "fixture.h"
 #include "testlib.h"
 
 typedef struct fixture {
@@ -40,25 +41,6 @@ static const char *fixture_path(const fixture *f, const char *suffix, char *buf,
     snprintf(rel, sizeof rel, "%s%s", f->rel, suffix);
     if (f->local) return tl_test_data(rel, buf, cap);
     return tl_shared(rel, buf, cap);
-}
-
-static int *read_tokens(const char *path, int *n) {
-    char *text = tl_read_file(path, NULL);
-    if (!text) return NULL;
-    int cap = 512, count = 0;
-    int *ids = malloc(sizeof(int) * cap);
-    for (char *p = text, *end; *p; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            if (!*++end) break;
-            continue;
-        }
-        if (count == cap) ids = realloc(ids, sizeof(int) * (cap *= 2));
-        ids[count++] = (int)v;
-    }
-    free(text);
-    *n = count;
-    return ids;
 }
 
 /* Runs the tokens through a session and returns [n][V] logits. */
@@ -131,30 +113,13 @@ static void check_greedy(muser_model *m, const fixture *f, const int *tokens, in
 }
 
 static void test_fixture(const fixture *f) {
-    char pm[512], pt[512], pe[512], pd[512];
-    const char *model_path = fixture_path(f, ".gguf", pm, sizeof pm);
-    char tok_rel[256];
-    snprintf(tok_rel, sizeof tok_rel, "%.*s/tokens.txt", (int)(strrchr(f->rel, '/') - f->rel), f->rel);
-    const char *tok_path = f->local ? tl_test_data(tok_rel, pt, sizeof pt) : tl_shared(tok_rel, pt, sizeof pt);
-    const char *exact_path = fixture_path(f, ".exact.f32", pe, sizeof pe);
-    const char *llama_path = fixture_path(f, ".decode.f32", pd, sizeof pd);
-    if (!model_path || !tok_path || !exact_path || !llama_path) {
-        printf("\n**************** SKIPPED: %s (shared data not found; set MUSER_DATA_DIR) ****************\n\n",
-               f->rel);
-        return;
-    }
-    muser_model *m = NULL;
-    int rc = muser_model_load(model_path, &m);
-    CHECKF(rc == 0, "%s: %s", model_path, muser_last_error());
-    if (rc) return;
-    muser_model_info info;
-    muser_model_get_info(m, &info);
-    const int V = info.n_vocab;
-    int n = 0;
-    int *tokens = read_tokens(tok_path, &n);
-    size_t es = 0, ds = 0;
-    float *exact = tl_read_file(exact_path, &es), *llama = tl_read_file(llama_path, &ds);
-    CHECK(tokens && n == 160 && es == (size_t)n * V * 4 && ds == es);
+    tl_fixture fx;
+    if (!tl_fixture_load(f->rel, f->local, &fx)) return;
+    muser_model *m = fx.model;
+    const int V = fx.V, n = fx.n;
+    const int *tokens = fx.tokens;
+    const float *exact = fx.exact, *llama = fx.llama;
+    CHECK(n == 160);
 
     mu_parity llama_vs_exact;
     mu_parity_compare(exact, llama, n, V, &llama_vs_exact);
@@ -200,10 +165,7 @@ static void test_fixture(const fixture *f) {
 
     }
     check_greedy(m, f, tokens, n, V);
-    free(tokens);
-    free(exact);
-    free(llama);
-    muser_model_free(m);
+    tl_fixture_free(&fx);
 }
 
 int main(void) {

@@ -12,7 +12,8 @@ int tl_finish(const char *name) {
 }
 
 const char *tl_test_data(const char *rel, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/%s", MUSER_TEST_DATA, rel);
+    const char *dir = getenv("MUSER_TEST_DATA");
+    snprintf(buf, cap, "%s/%s", dir && *dir ? dir : MUSER_TEST_DATA, rel);
     return buf;
 }
 
@@ -62,3 +63,28 @@ void *tl_read_file(const char *path, size_t *size) {
     }
     return buf;
 }
+
+int *tl_read_tokens(const char *path, int *n) {
+    char *text = tl_read_file(path, NULL);
+    if (!text) return NULL;
+    int cap = 512, count = 0;
+    int *ids = malloc(sizeof(int) * cap);
+    for (char *p = text, *end; ids && *p; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            if (!*++end) break;
+            continue;
+        }
+        if (count == cap) {
+            int *grown = realloc(ids, sizeof(int) * (size_t)(cap *= 2));
+            if (!grown) free(ids);
+            ids = grown;
+            if (!ids) break;
+        }
+        ids[count++] = (int)v;
+    }
+    free(text);
+    *n = count;
+    return ids;
+}
+

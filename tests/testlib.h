@@ -53,5 +53,9 @@ float tl_rand_normal(uint64_t *state);   /* N(0,1) */
 
 /* Reads a whole file (malloc'd); NULL on failure. */
 void *tl_read_file(const char *path, size_t *size);
+/* Reads a fixture's tokens.txt (integers separated by anything else);
+ * malloc'd, count in *n; NULL on failure. */
+int *tl_read_tokens(const char *path, int *n);
+
 
 #endif

@@ -288,21 +288,7 @@ static int cpu_forward_batch(mu_backend *const *rows, const muser_token *tokens,
 
 static int cpu_truncate(mu_backend *base, int pos) {
     cpu_backend *b = (cpu_backend *)base;
-    const mu_hparams *hp = &b->m->hp;
-    /* Check every plane first so a refusal leaves the session unchanged. */
-    for (int l = 0; l < hp->n_layer; l++) {
-        const mu_kv_plane *p = &b->planes[l];
-        int64_t need = pos > 0 ? pos - (mu_layer_visible(hp, &b->m->layers[l], pos) - 1) : 0;
-        if (pos > 0 && p->origin_logical > need)
-            return mu_fail(MUSER_EUNSUPPORTED,
-                           "cannot rewind to position %d: layer %d's sliding ring no longer holds position %lld", pos,
-                           l, (long long)need);
-    }
-    for (int l = 0; l < hp->n_layer; l++) {
-        if (pos == 0) mu_kv_plane_reset(&b->planes[l]);
-        else mu_kv_truncate(&b->planes[l], pos);
-    }
-    return 0;
+    return mu_planes_truncate(b->m, b->planes, pos);
 }
 
 static void cpu_reset(mu_backend *base) {

@@ -367,10 +367,17 @@ __global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant_
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+    const int g = tid >> 7, d = tid & 127;
+    const int64_t base = ((int64_t)t * a.n_head + h) * a.split_cap;
+    /* every load in one round, before the split count is known (the
+     * buffers hold split_cap partials; values past S are masked below) */
+    const float ms_raw = tid < a.split_cap ? __ldcg(a.part_m + base + tid) : -INFINITY;
+    const float pl = tid < a.split_cap ? __ldcg(a.part_l + base + tid) : 0.f;
+    const float o_first = g < a.split_cap ? __ldcg(a.part_o + (base + g) * 128 + d) : 0.f;
+    const float gv = (a.gate && tid < 128) ? __ldcg(a.gate + (int64_t)t * a.gate_stride + h * 128 + d) : 0.f;
     const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
     const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);
-    const int64_t base = ((int64_t)t * a.n_head + h) * a.split_cap;
-    const float ms = tid < S ? __ldcg(a.part_m + base + tid) : -INFINITY;
+    const float ms = tid < S ? ms_raw : -INFINITY;
     /* block max */
     float mx = warp_max(ms);
     if ((tid & 31) == 0) red[tid >> 5] = mx;
@@ -384,20 +391,17 @@ __global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant_
     const float M = red[32];
     const float f = ms == -INFINITY ? 0.f : exp2f(ms - M);
     sf[tid] = f;
-    const float L = block_sum(tid < S ? f * __ldcg(a.part_l + base + tid) : 0.f, red);
-    const int g = tid >> 7, d = tid & 127;
+    const float L = block_sum(tid < S ? f * pl : 0.f, red);
     float O = 0.f;
+    if (g < S && sf[g] != 0.f) O += sf[g] * o_first;
 #pragma unroll 8
-    for (int s = g; s < S; s += 4)
+    for (int s = g + 4; s < S; s += 4)
         if (sf[s] != 0.f) O += sf[s] * __ldcg(a.part_o + (base + s) * 128 + d);
     so[g][d] = O;
     __syncthreads();
     if (tid >= 128) return;
     float o = (so[0][d] + so[1][d] + so[2][d] + so[3][d]) * (1.0f / L);
-    if (a.gate) {
-        const float gv = __ldcg(a.gate + (int64_t)t * a.gate_stride + h * 128 + d);
-        o *= 1.0f / (1.0f + expf(-gv));
-    }
+    if (a.gate) o *= 1.0f / (1.0f + expf(-gv));
     const int64_t off = (int64_t)t * a.out_stride + h * 128 + d;
     a.out.x[off] = o;
     if (a.out.h) a.out.h[off] = f32_to_f16(o);

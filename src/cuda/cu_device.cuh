@@ -370,6 +370,9 @@ __device__ __forceinline__ void qkv_post_head(const mu_cu_qkv_post &a, int t, in
         const float4 v = __ldcg(reinterpret_cast<const float4 *>(src) + lane);
         x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
     }
+    /* V in the same round as the rest (a load after the K stores would wait for them) */
+    const float4 v = (!isq && with_v) ? __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane)
+                                      : make_float4(0.f, 0.f, 0.f, 0.f);
     const float *nw = isq ? a.q_norm : a.k_norm;
     if (nw) {
         const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);
@@ -425,7 +428,6 @@ __device__ __forceinline__ void qkv_post_head(const mu_cu_qkv_post &a, int t, in
         kc[0] = f32_to_f16(x[0]), kc[1] = f32_to_f16(x[1]), kc[2] = f32_to_f16(x[2]), kc[3] = f32_to_f16(x[3]);
     }
     if (!with_v) return;
-    const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane);
     if (a.kv_f32) {
         *reinterpret_cast<float4 *>((float *)a.vc + off) = v;
     } else {

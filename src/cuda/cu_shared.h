@@ -172,6 +172,9 @@ typedef struct mu_cu_mv {
     unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
+    int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
+                              while it is staged (act.q, act.ds unused); the
+                              producer (gate/up) then stores f32 only      */
     /* GATEUP */
     mu_cu_normout gu;
     unsigned int *group_count; /* [rows/16], zero; each group's last writer quantizes it and re-zeroes */
@@ -231,7 +234,15 @@ void mu_cu_set_matvec_grid_cap(int blocks);
 void mu_cu_set_matvec_prefetch(int level);
 /* Experiments of the A/B lab: leave out a part of the matvec kernels to
  * time what it costs (the results are then wrong). */
-enum { MU_CU_LAB_NO_GROUP_QUANT = 1, MU_CU_LAB_NO_TAIL = 2, MU_CU_LAB_NO_STAGE = 4 };
+enum {
+    MU_CU_LAB_NO_GROUP_QUANT = 1,
+    MU_CU_LAB_NO_TAIL = 2,
+    MU_CU_LAB_NO_STAGE = 4,
+    MU_CU_LAB_EPI_GROUP_QUANT = 8, /* a real variant: gate/up quantizes its groups (counter per group)
+                                      instead of the down launch quantizing while it stages */
+    MU_CU_LAB_SKIP_ATTN = 16,      /* the host leaves out QK-norm/RoPE/append, attention, reducer */
+    MU_CU_LAB_NO_TAIL_PREFETCH = 32, /* RESNORM: no L2 prefetch of h and the norm weights at the start */
+};
 void mu_cu_set_matvec_lab(unsigned flags);
 unsigned mu_cu_get_matvec_lab(void);
 
@@ -243,6 +254,11 @@ cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int64_t r0, int
 cudaError_t mu_cu_dequant(const mu_cu_weight *w, int64_t r0, int64_t nrows, void *dst, bool to_f16, cudaStream_t s);
 
 cudaError_t mu_cu_matvec(const mu_cu_mv *a, cudaStream_t s);
+/* Batched decode, exact lane: y[j][0..rows) = W . x[j] for j < nrows (row
+ * strides ldx, ldy in elements), the weights read once per MU_CU_MVR_MAX rows. */
+#define MU_CU_MVR_MAX 16
+cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy, int nrows,
+                              cudaStream_t s);
 /* Token embedding rows + (embd norm) + first pre-norm, T rows; zeroes *best. */
 cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
                         unsigned long long *best, cudaStream_t s);

@@ -42,4 +42,8 @@ uint64_t mu_cuda_weight_bytes(const mu_backend *b);
  * attention path, and matvec blocks per SM (0: as many as fit). */
 void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma, int mv_occupancy);
 
+/* Sessions holding a reference to the single-GPU weights of m on device
+ * (0: none resident); the sessions of one model share one upload. */
+int mu_cuda_weight_refs(const mu_model *m, int device);
+
 #endif

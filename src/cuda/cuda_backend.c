@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,8 @@ typedef struct prof_state {
     int n;
 } prof_state;
 
+typedef struct cu_weights cu_weights;
+
 typedef struct cuda_backend {
     mu_backend base;
     const mu_model *m;
@@ -91,7 +94,9 @@ typedef struct cuda_backend {
     int mv_occupancy; /* matvec blocks per SM (0: as many as fit) */
     int T_max, split_dec, split_pre;
     int64_t E, Q, KVD, F, V;
-    /* weights */
+    /* weights (wsh: shared with the model's other sessions on this GPU; the
+     * fields below then alias the shared upload) */
+    cu_weights *wsh;
     void *wmem, *f16mem;
     uint64_t wbytes, f16bytes, token_bytes;
     mu_cu_weight tok_embd, output;
@@ -131,10 +136,77 @@ typedef struct cuda_backend {
      * between the parts of the step, then the residual/norm tail runs */
     bool tp;
     int64_t vocab0; /* global index of this rank's first LM-head row */
+    int batch_min;  /* batched decode from this many rows (0: never) */
+    bool batch_mv;  /* exact lane: batched decode through B-row matvecs, not the GEMMs */
     /* muser bench --profile: op by op with events, accumulated per family */
     prof_state *prof;
     mu_prof_entry prof_acc[MU_PROF_COUNT];
 } cuda_backend;
+
+/* ---- weights shared by the sessions of one model on one GPU ----------------------------
+ * The first single-GPU session of a model uploads the weights (and the fast
+ * lane's f16 prefill cache when it fits) and publishes them here; later
+ * sessions of the same model on the same GPU take a reference and upload
+ * nothing; the last one to go frees them. Each session keeps its own KV
+ * cache, activations, step records and graph. Tensor-parallel ranks (model
+ * views of their own) do not share. */
+struct cu_weights {
+    const mu_model *m;
+    int device, refs;
+    void *wmem, *f16mem;
+    uint64_t wbytes, f16bytes;
+    mu_cu_weight tok_embd, output;
+    cu_layer *layers; /* matrices and norms */
+    float *output_norm;
+    cu_weights *next;
+};
+static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
+static cu_weights *g_weights;
+
+/* A reference to m's weights on device, or NULL when none are resident. */
+static cu_weights *weights_acquire(const mu_model *m, int device) {
+    pthread_mutex_lock(&g_wlock);
+    cu_weights *e = g_weights;
+    while (e && !(e->m == m && e->device == device)) e = e->next;
+    if (e) e->refs++;
+    pthread_mutex_unlock(&g_wlock);
+    return e;
+}
+
+/* Sessions holding a reference to the weights of m on device (tests). */
+int mu_cuda_weight_refs(const mu_model *m, int device) {
+    pthread_mutex_lock(&g_wlock);
+    const cu_weights *e = g_weights;
+    while (e && !(e->m == m && e->device == device)) e = e->next;
+    int n = e ? e->refs : 0;
+    pthread_mutex_unlock(&g_wlock);
+    return n;
+}
+
+/* Drops a reference; the last one frees the device memory. */
+static void weights_release(cu_weights *e) {
+    pthread_mutex_lock(&g_wlock);
+    bool last = --e->refs == 0;
+    if (last) {
+        cu_weights **pp = &g_weights;
+        while (*pp && *pp != e) pp = &(*pp)->next;
+        if (*pp) *pp = e->next;
+    }
+    pthread_mutex_unlock(&g_wlock);
+    if (!last) return;
+    cudaSetDevice(e->device);
+    for (int l = 0; l < e->m->hp.n_layer; l++) {
+        cu_layer *D = &e->layers[l];
+        float *norms[] = {D->attn_norm, D->q_norm, D->k_norm, D->post_attn_norm, D->ffn_norm, D->post_ffn_norm};
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
+            if (norms[i]) cudaFree(norms[i]);
+    }
+    if (e->wmem) cudaFree(e->wmem);
+    if (e->f16mem) cudaFree(e->f16mem);
+    if (e->output_norm) cudaFree(e->output_norm);
+    free(e->layers);
+    free(e);
+}
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
@@ -160,6 +232,36 @@ static int dalloc(void **p, size_t bytes, const char *what) {
                        cudaGetErrorString(e));
     }
     return 0;
+}
+
+/* Publishes a new session's uploaded weights for the model's later sessions. */
+static int weights_publish(cuda_backend *b) {
+    cu_weights *e = calloc(1, sizeof *e);
+    if (!e) return mu_fail(MUSER_ENOMEM, "out of memory");
+    e->m = b->m;
+    e->device = b->device;
+    e->refs = 1;
+    e->wmem = b->wmem, e->wbytes = b->wbytes;
+    e->f16mem = b->f16mem, e->f16bytes = b->f16bytes;
+    e->tok_embd = b->tok_embd, e->output = b->output;
+    e->layers = b->layers;
+    e->output_norm = b->output_norm;
+    pthread_mutex_lock(&g_wlock);
+    e->next = g_weights;
+    g_weights = e;
+    pthread_mutex_unlock(&g_wlock);
+    b->wsh = e;
+    return 0;
+}
+
+/* A session's view of shared weights (b->wsh). */
+static void weights_adopt(cuda_backend *b) {
+    const cu_weights *e = b->wsh;
+    b->wmem = e->wmem, b->wbytes = e->wbytes;
+    b->f16mem = e->f16mem, b->f16bytes = e->f16bytes;
+    b->tok_embd = e->tok_embd, b->output = e->output;
+    b->layers = e->layers;
+    b->output_norm = e->output_norm;
 }
 
 int mu_cuda_probe(void) {
@@ -650,9 +752,11 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     /* (fusing this into the matvec's epilogue was measured 2.5% slower:
      * a fence and an atomic per q/k row) */
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
-    RC(prof_mark(b, p, PF_QKPOST));
-    CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-    RC(run_attention(b, l, 1, p, false));
+    if (!(mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN)) { /* (timing experiments leave these out) */
+        RC(prof_mark(b, p, PF_QKPOST));
+        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+        RC(run_attention(b, l, 1, p, false));
+    }
 
     mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
@@ -676,9 +780,12 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     mv_init(&a, b, MU_CU_EPI_GATEUP, act_of(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
     mv_seg(&a, &D->ffn_gate, b->ff);
     mv_seg(&a, &D->ffn_up, b->fu);
+    /* the int8 groups of the products: made by the down launch while it
+     * stages its input (default), or by gate/up's last writer of each group */
+    const bool epi_q = b->fast && (mu_cu_get_matvec_lab() & MU_CU_LAB_EPI_GROUP_QUANT);
     a.gu.x = b->ff;
-    a.gu.q = b->fast ? b->fq : NULL;
-    a.gu.ds = b->fast ? b->fds : NULL;
+    a.gu.q = epi_q ? b->fq : NULL;
+    a.gu.ds = epi_q ? b->fds : NULL;
     a.group_count = b->group_count;
     RC(prof_mark(b, p, PF_GATEUP));
     CU_CHECK(mu_cu_matvec(&a, s));
@@ -686,6 +793,7 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->ff, b->fast ? b->fq : NULL, b->fast ? b->fds : NULL));
     mv_seg(&a, &D->ffn_down, b->t);
+    a.quant_input = b->fast && !epi_q;
     const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
     a.rn = resnorm_of(b, b->t, D->post_ffn_norm, next, false);
     a.counter = b->counters + 2 * l + 1;
@@ -718,7 +826,7 @@ static int enqueue_tp_tail(cuda_backend *b, int part, prof_state *p) {
         const mu_cu_weight *w = &b->layers[l].ffn_down;
         rn.branch_parts = mu_cu_mv_parts(w->type, w->cols);
     }
-    RC(prof_mark(b, p, PF_ALLREDUCE));
+    /* (timed with the all-reduce: its mark is set before the NCCL call) */
     CU_CHECK(mu_cu_resnorm_rows(rn, 1, b->stream));
     return 0;
 }
@@ -786,6 +894,7 @@ static int prof_collect(cuda_backend *b, int pos) {
     prof_bytes(b, pos, fb);
     bool seen[PF_COUNT] = {false};
     for (int i = 0; i + 1 < ps->n; i++) {
+        if (ps->fam[i] >= PF_COUNT) continue; /* an end mark: nothing ran from it */
         float ms = 0.f;
         CU_CHECK(cudaEventElapsedTime(&ms, ps->ev[i], ps->ev[i + 1]));
         mu_prof_entry *e = &b->prof_acc[ps->fam[i]];
@@ -869,34 +978,38 @@ static int gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float
     return 0;
 }
 
-static int run_prefill(cuda_backend *b, int T, bool all_logits) {
+/* A prefill chunk (T > 1) in the decode step's parts: part 0 = embedding
+ * and layer 0 up to Wo; part 2l+1 = the tail after Wo, then layer l's FFN;
+ * part 2l+2 = the tail after down, then layer l+1 up to Wo, or the LM head
+ * after the last layer. Each gemm into t writes the whole sum on one GPU
+ * and a partial sum on a tensor-parallel rank, all-reduced between the
+ * parts; every part after the first starts with the residual/norm tail. */
+static int enqueue_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     const mu_hparams *hp = &b->m->hp;
+    const int L = hp->n_layer;
     const cudaStream_t s = b->stream;
     const bool f = b->fast;
-    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
-    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
-    rn.embd_norm = hp->embd_norm;
-    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
     const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
-    for (int l = 0; l < hp->n_layer; l++) {
+    if (part == 0) {
+        CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
+        mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
+        rn.embd_norm = hp->embd_norm;
+        CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
+    } else if (part % 2 == 1) { /* after Wo of layer l: its FFN */
+        const int l = (part - 1) / 2;
         const cu_layer *D = &b->layers[l];
-        RC(gemm_all(b, &D->wq, A, b->q, b->Q, T));
-        RC(gemm_all(b, &D->wk, A, b->k, b->KVD, T));
-        RC(gemm_all(b, &D->wv, A, b->v, b->KVD, T));
-        RC(gemm_all(b, &D->wgate, A, b->g, b->Q, T));
-        mu_cu_qkv_post qp = qkv_post_of(b, l, T);
-        CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-        RC(run_attention(b, l, T, NULL, f));
-        RC(gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
         CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, s));
         RC(gemm_all(b, &D->ffn_gate, A, b->ff, b->F, T));
         RC(gemm_all(b, &D->ffn_up, A, b->fu, b->F, T));
         CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, s));
-        RC(gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
-        const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
-        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
+        return gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T);
+    } else { /* after down of layer l */
+        const int l = (part - 2) / 2;
+        const float *next = l + 1 < L ? b->layers[l + 1].attn_norm : b->output_norm;
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, b->layers[l].post_ffn_norm, next, f), T, s));
     }
-    if (all_logits) {
+    if (part == 2 * L) { /* the LM head */
+        if (!all_logits) return run_head_matvec(b, T - 1, NULL);
         if (b->logit_rows < T) {
             if (b->logits_all) cudaFree(b->logits_all);
             b->logits_all = NULL;
@@ -906,22 +1019,155 @@ static int run_prefill(cuda_backend *b, int T, bool all_logits) {
         }
         RC(gemm_all(b, &b->output, A, b->logits_all, b->V, T));
         CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
-    } else {
-        RC(run_head_matvec(b, T - 1, NULL));
+        return 0;
     }
+    const int l = part / 2;
+    const cu_layer *D = &b->layers[l];
+    RC(gemm_all(b, &D->wq, A, b->q, b->Q, T));
+    RC(gemm_all(b, &D->wk, A, b->k, b->KVD, T));
+    RC(gemm_all(b, &D->wv, A, b->v, b->KVD, T));
+    RC(gemm_all(b, &D->wgate, A, b->g, b->Q, T));
+    mu_cu_qkv_post qp = qkv_post_of(b, l, T);
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
+    RC(run_attention(b, l, T, NULL, f));
+    return gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T);
+}
+
+static int run_prefill(cuda_backend *b, int T, bool all_logits) {
+    for (int part = 0; part < decode_parts(b); part++) RC(enqueue_prefill_part(b, part, T, all_logits));
+    return 0;
+}
+
+/* ---- batched decode ------------------------------------------------------------------
+ * One token for each of T sessions sharing the weights, on b's stream and
+ * activations (b: the leader, rows[0]); b->h_rec holds row i's record,
+ * filled by row i's session (its KV slot, routes and position). The
+ * matrices run once for all rows, attention per row over its session's KV
+ * cache. Kept apart from run_prefill on purpose (same op order). */
+
+/* Y = A . W^T for T rows: through the GEMMs, or (mv: the exact lane with
+ * MUSER_CUDA_BATCH_MV=1) the B-row matvec over the quantized weights (A
+ * f32, [T][cols]). The B-row matvec reads the weights once, but the exact
+ * lane's matvec is bound by its f32 activation loads, not by DRAM: measured
+ * as slow per row as one-by-one decode on the 30B, so the GEMMs are the
+ * default. */
+static int mm_all(cuda_backend *b, bool mv, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
+    if (!mv) return gemm_all(b, w, A, Y, ldy, T);
+    if (!w->qs) return 0;
+    CU_CHECK(mu_cu_matvec_rows(w, (const float *)A, w->cols, Y, ldy, T, b->stream));
+    return 0;
+}
+
+/* Row i of a batched step, layer l: QK-norm + RoPE + KV append into kv's
+ * cache, split-K attention over it, merge + gate into row i of o (o16). */
+static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, bool f16_out) {
+    const mu_hparams *hp = &b->m->hp;
+    mu_cu_recs recs = recs_of(b);
+    recs.base += (int64_t)i * b->rec_stride;
+    mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
+    qp.q = b->q + (int64_t)i * b->Q;
+    qp.k = b->k + (int64_t)i * b->KVD;
+    qp.v = b->v + (int64_t)i * b->KVD;
+    qp.qn = b->qn + (int64_t)i * b->Q;
+    qp.kc = kv->kc[l];
+    qp.vc = kv->vc[l];
+    qp.recs = recs;
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, b->stream));
+
+    mu_cu_attn a;
+    memset(&a, 0, sizeof a);
+    a.T = 1;
+    a.layer = l;
+    a.n_head = hp->n_head;
+    a.n_head_kv = hp->n_head_kv;
+    a.head_dim = hp->head_dim;
+    a.kv_f32 = b->kv_f32;
+    a.capacity = kv->planes[l].capacity;
+    a.kc = kv->kc[l];
+    a.vc = kv->vc[l];
+    a.q = b->qn + (int64_t)i * b->Q;
+    a.scale_log2 = hp->attn_scale * 1.4426950408889634f;
+    a.split_cap = b->split_dec;
+    a.part_m = b->part_m;
+    a.part_l = b->part_l;
+    a.part_o = b->part_o;
+    a.recs = recs;
+    CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
+
+    mu_cu_reduce r;
+    memset(&r, 0, sizeof r);
+    r.T = 1;
+    r.n_head = hp->n_head;
+    r.head_dim = hp->head_dim;
+    r.split_cap = b->split_dec;
+    r.layer = l;
+    r.part_m = b->part_m;
+    r.part_l = b->part_l;
+    r.part_o = b->part_o;
+    r.gate = b->layers[l].wgate.qs ? b->g + (int64_t)i * b->Q : NULL;
+    r.gate_stride = b->Q;
+    r.out.x = b->o + (int64_t)i * b->Q;
+    r.out.h = f16_out ? b->o16 + (int64_t)i * b->Q : NULL;
+    r.out_stride = b->Q;
+    r.recs = recs;
+    CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
+    return 0;
+}
+
+/* The batched step; logits of row i in row i of logits_all. */
+static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
+    const mu_hparams *hp = &b->m->hp;
+    const cudaStream_t s = b->stream;
+    const bool f = b->fast;
+    const bool mv = !f && b->batch_mv;
+    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, s));
+    mu_cu_resnorm rn = resnorm_of(b, NULL, NULL, b->layers[0].attn_norm, f);
+    rn.embd_norm = hp->embd_norm;
+    CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), T, rn, b->d_best, s));
+    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *D = &b->layers[l];
+        RC(mm_all(b, mv, &D->wq, A, b->q, b->Q, T));
+        RC(mm_all(b, mv, &D->wk, A, b->k, b->KVD, T));
+        RC(mm_all(b, mv, &D->wv, A, b->v, b->KVD, T));
+        RC(mm_all(b, mv, &D->wgate, A, b->g, b->Q, T));
+        for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f));
+        RC(mm_all(b, mv, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, s));
+        RC(mm_all(b, mv, &D->ffn_gate, A, b->ff, b->F, T));
+        RC(mm_all(b, mv, &D->ffn_up, A, b->fu, b->F, T));
+        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, s));
+        RC(mm_all(b, mv, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
+        const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
+        CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
+    }
+    if (b->logit_rows < T) {
+        if (b->logits_all) cudaFree(b->logits_all);
+        b->logits_all = NULL;
+        b->logit_rows = 0;
+        RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
+        b->logit_rows = T;
+    }
+    RC(mm_all(b, mv, &b->output, A, b->logits_all, b->V, T));
+    CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
     return 0;
 }
 
 /* ---- the backend interface ------------------------------------------------------------------ */
 
-static int copy_logits(cuda_backend *b, const float *src, int rows, float *dst) {
+/* rows of b->V logits into dst, dst_stride apart (a rank's slice of the vocabulary) */
+static int copy_logits_strided(cuda_backend *b, const float *src, int rows, float *dst, size_t dst_stride) {
     const size_t bytes = (size_t)b->V * sizeof(float);
     for (int r = 0; r < rows; r++) {
         CU_CHECK(cudaMemcpyAsync(b->h_logits, src + (size_t)r * b->V, bytes, cudaMemcpyDeviceToHost, b->stream));
         CU_CHECK(cudaStreamSynchronize(b->stream));
-        memcpy(dst + (size_t)r * b->V, b->h_logits, bytes);
+        memcpy(dst + (size_t)r * dst_stride, b->h_logits, bytes);
     }
     return 0;
+}
+
+static int copy_logits(cuda_backend *b, const float *src, int rows, float *dst) {
+    return copy_logits_strided(b, src, rows, dst, (size_t)b->V);
 }
 
 static int sync_checked(cuda_backend *b) {
@@ -958,6 +1204,41 @@ int mu_cuda_decode_select(mu_backend *base, muser_token token, int pos, float te
     return 0;
 }
 
+/* Batched decode (mu_backend_ops.forward_batch): one token for each of n
+ * sessions of the model sharing its weights, on rows[0]'s stream and
+ * activations. Each row's session appends its position to its own planes
+ * and decides its own routes (its record is copied into the leader's
+ * records); the matrices run once for all rows through the prefill GEMMs
+ * (fast lane: the f16 weight cache when it fits; exact lane: f32
+ * dequantization per matrix), attention per row over the row's own KV
+ * cache. Rows that cannot be mixed, or fewer than MUSER_CUDA_BATCH_MIN
+ * (default: 2 fast lane, 6 exact lane; 0: never), answer MUSER_EUNSUPPORTED
+ * before anything changes: the engine then feeds them one by one through
+ * the decode graph. */
+static int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, const int *pos, int n,
+                              float *const *logits) {
+    cuda_backend *const *rows = (cuda_backend *const *)rows_in;
+    cuda_backend *b = rows[0];
+    if (b->batch_min <= 0 || n < b->batch_min || n > b->T_max)
+        return mu_fail(MUSER_EUNSUPPORTED, "cuda: batch of %d rows not batched", n);
+    for (int i = 0; i < n; i++) {
+        const cuda_backend *r = rows[i];
+        if (r->base.ops != b->base.ops || !r->wsh || r->wsh != b->wsh || r->fast != b->fast ||
+            r->kv_f32 != b->kv_f32 || r->use_mma != b->use_mma || r->split_dec != b->split_dec ||
+            r->rec_stride != b->rec_stride)
+            return mu_fail(MUSER_EUNSUPPORTED, "cuda: rows of different weights or settings are not batched");
+    }
+    for (int i = 0; i < n; i++) {
+        cuda_backend *r = rows[i];
+        RC(fill_records(r, &tokens[i], 1, pos[i], 0.0f, 0));
+        if (r != b) memcpy(b->h_rec + (int64_t)i * b->rec_stride, r->h_rec, (size_t)b->rec_stride);
+    }
+    RC(run_batch(b, rows, n));
+    RC(sync_checked(b));
+    for (int i = 0; i < n; i++) RC(copy_logits(b, b->logits_all + (size_t)i * b->V, 1, logits[i]));
+    return 0;
+}
+
 static int cuda_select(mu_backend *base, muser_token token, int pos, float temperature, uint64_t seed,
                        float *logits, muser_token *next) {
     return mu_cuda_decode_select(base, token, pos, temperature, seed, logits, next);
@@ -965,20 +1246,7 @@ static int cuda_select(mu_backend *base, muser_token token, int pos, float tempe
 
 static int cuda_truncate(mu_backend *base, int pos) {
     cuda_backend *b = (cuda_backend *)base;
-    const mu_hparams *hp = &b->m->hp;
-    for (int l = 0; l < hp->n_layer; l++) {
-        const mu_kv_plane *p = &b->planes[l];
-        int64_t need = pos > 0 ? pos - (mu_layer_visible(hp, &b->m->layers[l], pos) - 1) : 0;
-        if (pos > 0 && p->origin_logical > need)
-            return mu_fail(MUSER_EUNSUPPORTED,
-                           "cannot rewind to position %d: layer %d's sliding ring no longer holds position %lld", pos,
-                           l, (long long)need);
-    }
-    for (int l = 0; l < hp->n_layer; l++) {
-        if (pos == 0) mu_kv_plane_reset(&b->planes[l]);
-        else mu_kv_truncate(&b->planes[l], pos);
-    }
-    return 0;
+    return mu_planes_truncate(b->m, b->planes, pos);
 }
 
 static void cuda_reset(mu_backend *base) {
@@ -991,6 +1259,13 @@ static void cuda_free(mu_backend *base) {
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
     if (b->graph) cudaGraphExecDestroy(b->graph);
+    if (b->wsh) { /* the weights go with their last session */
+        weights_release(b->wsh);
+        b->wsh = NULL;
+        b->layers = NULL;
+        b->wmem = b->f16mem = NULL;
+        b->output_norm = NULL;
+    }
     if (b->prof) {
         for (int i = 0; i < PROF_MAX_EV; i++)
             if (b->prof->ev[i]) cudaEventDestroy(b->prof->ev[i]);
@@ -1030,74 +1305,31 @@ static void cuda_free(mu_backend *base) {
 }
 
 /* ---- ring checkpoints (prompt caching) -----------------------------------------------------
- * As the CPU's: a blob with every plane's bookkeeping and each sliding
- * ring's K and V rows, copied from the device; growing planes are not
- * copied (they still hold the prefix) and are cut back on restore. */
-typedef struct ckpt_header {
-    uint32_t magic, n_layer;
-    uint64_t row_bytes;
-} ckpt_header;
-#define CKPT_MAGIC 0x4b50434du
+ * The engine's blob format (engine/checkpoint.c); the rings' rows are
+ * copied between the device and the blob. */
+static int ckpt_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob,
+                          uint8_t *v_blob) {
+    cuda_backend *b = ctx;
+    const size_t row = (size_t)b->KVD * b->kv_elem, off = (size_t)slot0 * row, bytes = (size_t)n * row;
+    uint8_t *k = (uint8_t *)b->kc[layer] + off, *v = (uint8_t *)b->vc[layer] + off;
+    if (to_blob) {
+        CU_CHECK(cudaMemcpy(k_blob, k, bytes, cudaMemcpyDeviceToHost));
+        CU_CHECK(cudaMemcpy(v_blob, v, bytes, cudaMemcpyDeviceToHost));
+    } else {
+        CU_CHECK(cudaMemcpy(k, k_blob, bytes, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpy(v, v_blob, bytes, cudaMemcpyHostToDevice));
+    }
+    return 0;
+}
 
 static int cuda_checkpoint_save(mu_backend *base, void **out, size_t *size) {
     cuda_backend *b = (cuda_backend *)base;
-    const int L = b->m->hp.n_layer;
-    const size_t row = (size_t)b->KVD * b->kv_elem;
-    size_t total = sizeof(ckpt_header);
-    for (int l = 0; l < L; l++) {
-        total += sizeof(mu_kv_plane);
-        if (b->planes[l].ring) total += 2 * (size_t)b->planes[l].capacity * row;
-    }
-    uint8_t *blob = malloc(total), *p = blob;
-    if (!blob) return mu_fail(MUSER_ENOMEM, "out of memory for a KV checkpoint (%zu bytes)", total);
-    ckpt_header h = {CKPT_MAGIC, (uint32_t)L, row};
-    memcpy(p, &h, sizeof h), p += sizeof h;
-    for (int l = 0; l < L; l++) {
-        memcpy(p, &b->planes[l], sizeof(mu_kv_plane)), p += sizeof(mu_kv_plane);
-        if (!b->planes[l].ring) continue;
-        const size_t n = (size_t)b->planes[l].capacity * row;
-        if (cudaMemcpy(p, b->kc[l], n, cudaMemcpyDeviceToHost) != cudaSuccess ||
-            cudaMemcpy(p + n, b->vc[l], n, cudaMemcpyDeviceToHost) != cudaSuccess) {
-            free(blob);
-            return mu_fail(MUSER_EBACKEND, "KV checkpoint: %s", cudaGetErrorString(cudaGetLastError()));
-        }
-        p += 2 * n;
-    }
-    *out = blob;
-    *size = total;
-    return 0;
+    return mu_ckpt_save(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, out, size);
 }
 
 static int cuda_checkpoint_restore(mu_backend *base, const void *blob, size_t size, int pos) {
     cuda_backend *b = (cuda_backend *)base;
-    const int L = b->m->hp.n_layer;
-    const size_t row = (size_t)b->KVD * b->kv_elem;
-    ckpt_header h;
-    if (size < sizeof h) return mu_fail(MUSER_EINVAL, "bad KV checkpoint");
-    memcpy(&h, blob, sizeof h);
-    if (h.magic != CKPT_MAGIC || h.n_layer != (uint32_t)L || h.row_bytes != row)
-        return mu_fail(MUSER_EINVAL, "KV checkpoint does not belong to this session");
-    for (int l = 0; l < L; l++) {
-        const mu_kv_plane *g = &b->planes[l];
-        if (!g->ring && g->origin_logical + g->len < pos)
-            return mu_fail(MUSER_EINVAL, "KV checkpoint at %d: layer %d holds only %lld positions", pos, l,
-                           (long long)(g->origin_logical + g->len));
-    }
-    const uint8_t *p = (const uint8_t *)blob + sizeof h;
-    for (int l = 0; l < L; l++) {
-        mu_kv_plane saved;
-        memcpy(&saved, p, sizeof saved), p += sizeof saved;
-        if (!saved.ring) {
-            mu_kv_truncate(&b->planes[l], pos);
-            continue;
-        }
-        const size_t n = (size_t)saved.capacity * row;
-        CU_CHECK(cudaMemcpy(b->kc[l], p, n, cudaMemcpyHostToDevice));
-        CU_CHECK(cudaMemcpy(b->vc[l], p + n, n, cudaMemcpyHostToDevice));
-        p += 2 * n;
-        b->planes[l] = saved;
-    }
-    return 0;
+    return mu_ckpt_restore(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, blob, size, pos);
 }
 
 static int cuda_fill_kv(mu_backend *base, int depth, uint64_t seed);
@@ -1119,6 +1351,7 @@ static const mu_backend_ops cuda_ops = {
     .profile_name = cuda_profile_name,
     .membw = cuda_membw,
     .describe = cuda_describe_op,
+    .forward_batch = cuda_forward_batch,
 };
 
 /* What the backend cannot run, as a message; NULL when it can. */
@@ -1183,6 +1416,13 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     b->device = device;
     b->tp = tp;
     b->vocab0 = vocab0;
+    /* measured on the 30B (docs/benchmarks-server.md): the fast lane's f16
+     * GEMM step beats one-by-one decode from 2 rows; the exact lane's f32
+     * GEMM step (~0.57 s) only from ~5 rows of 0.115 s */
+    b->batch_min = env_int("MUSER_CUDA_BATCH_MIN", b->fast ? 2 : 6);
+    b->batch_mv = env_int("MUSER_CUDA_BATCH_MV", 0) != 0;
+    /* single GPU: the model's weights may already be resident (shared) */
+    if (!tp) b->wsh = weights_acquire(m, device);
     int rc = 0;
 #define TRY(x)               \
     do {                     \
@@ -1210,6 +1450,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
         LAYER_MATS(L, ADD)
 #undef ADD
     }
+    if (b->wsh) wdev = 0; /* already resident */
     const uint64_t T = (uint64_t)b->T_max;
     int64_t widest = b->E > b->Q ? b->E : b->Q;
     if (b->F > widest) widest = b->F;
@@ -1241,7 +1482,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
                      "has %.2f GB free",
                      need / 1e9, wdev / 1e9, kv_bytes / 1e9, act_bytes / 1e9, device, prop.name, free_b / 1e9);
 
-    b->layers = calloc((size_t)hp->n_layer, sizeof(cu_layer));
+    b->layers = b->wsh ? b->wsh->layers : calloc((size_t)hp->n_layer, sizeof(cu_layer));
     b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
     b->kc = calloc((size_t)hp->n_layer, sizeof(void *));
     b->vc = calloc((size_t)hp->n_layer, sizeof(void *));
@@ -1260,10 +1501,11 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
             }
             b->bases[b->n_bases++] = L->rope_base;
         }
-        b->layers[l].base_index = i;
+        if (!b->wsh) b->layers[l].base_index = i; /* (shared: set alike by the first session) */
     }
 
-    TRY(upload_weights(b));
+    if (b->wsh) weights_adopt(b);
+    else TRY(upload_weights(b));
 
     /* KV planes: as the CPU (rings of window + chunk - 1 rows, growing planes of n_ctx) */
     for (int l = 0; l < hp->n_layer && !rc; l++) {
@@ -1324,10 +1566,11 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     if (!rc && (cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
                 cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess))
         rc = mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
-    if (!rc && b->fast && !tp) rc = build_prefill_cache(b);
-    if (!rc && !tp && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
+    if (!rc && b->fast && !b->wsh) rc = build_prefill_cache(b);
+    if (!rc && !(b->fast && b->f16bytes)) TRY(dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
     if (!rc && b->fast && b->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
     if (!rc) rc = sync_checked(b);
+    if (!rc && !tp && !b->wsh) rc = weights_publish(b);
 #undef TRY
     if (rc) {
         cuda_free(&b->base);
@@ -1335,11 +1578,11 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     }
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s",
+             "prefill cache %s, weights %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
-             b->mv_occupancy, b->f16bytes ? "on" : "off");
+             b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions");
     *out = b;
     return 0;
 }
@@ -1498,8 +1741,9 @@ static const char *cuda_describe_op(mu_backend *base) { return mu_cuda_describe(
  * LM head one all-reduce (max) of the packed (logit, ~index) keys chooses
  * the token. The whole step is captured as one CUDA graph per GPU with the
  * NCCL calls inside; a failed capture falls back to launching op by op.
- * With N = 1 the same code runs over a communicator of size 1. Chunks of
- * several tokens are decoded token by token (no tensor-parallel prefill).
+ * With N = 1 the same code runs over a communicator of size 1. A chunk of
+ * several tokens runs the prefill parts (tensor-core gemms) on every rank
+ * with an all-reduce of the chunk's rows between them.
  *
  * NCCL is loaded at run time (dlopen): a build with nccl.h runs on machines
  * without the library, where only --gpus fails, with a clear message. */
@@ -1564,7 +1808,9 @@ typedef struct tp_backend {
     ncclComm_t comm[MU_TP_MAX_RANKS];
     cudaGraphExec_t graph[MU_TP_MAX_RANKS];
     bool use_graph, graph_ready, graph_broken, prof_on;
+    bool skip_reduce; /* MUSER_TP_SKIP_ALLREDUCE=1: timing lab only, wrong logits */
     char desc[640];
+    char membw_what[256];
 } tp_backend;
 
 /* Rank r's shard as a model: views of the file's tensors, its shapes. */
@@ -1615,6 +1861,7 @@ static int tp_enqueue(tp_backend *t) {
             RC(enqueue_decode_part(r, part, t->prof_on ? r->prof : NULL));
             RC(prof_mark(r, t->prof_on ? r->prof : NULL, PF_ALLREDUCE));
         }
+        if (t->skip_reduce && part + 1 < parts) continue;
         NCCL_CHECK(g_nccl.GroupStart());
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
@@ -1706,15 +1953,48 @@ static int tp_select(mu_backend *base, muser_token token, int pos, float tempera
     return 0;
 }
 
-static int tp_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
-    tp_backend *t = (tp_backend *)base;
+/* A chunk of T > 1 tokens: the prefill parts on every rank with an
+ * all-reduce of the T rows of partial sums between them. */
+static int tp_prefill(tp_backend *t, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     const size_t V = (size_t)t->m->hp.n_vocab;
-    for (int i = 0; i < T; i++) {
-        RC(tp_step(t, tokens[i], pos0 + i, 0.0f, 0));
-        if (all_logits) RC(tp_logits(t, logits + (size_t)i * V));
-        else if (i == T - 1) RC(tp_logits(t, logits));
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        RC(fill_records(t->r[i], tokens, T, pos0, 0.0f, 0));
+    }
+    const int parts = decode_parts(t->r[0]);
+    for (int part = 0; part < parts; part++) {
+        for (int i = 0; i < t->n; i++) {
+            RC(tp_set(t->r[i]));
+            RC(enqueue_prefill_part(t->r[i], part, T, all_logits));
+        }
+        if (part + 1 == parts && all_logits) break; /* each rank holds its slice of every row */
+        NCCL_CHECK(g_nccl.GroupStart());
+        for (int i = 0; i < t->n; i++) {
+            cuda_backend *r = t->r[i];
+            if (part + 1 < parts)
+                NCCL_CHECK(g_nccl.AllReduce(r->t, r->t, (size_t)T * (size_t)r->E, ncclFloat32, ncclSum, t->comm[i],
+                                            r->stream));
+            else
+                NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->stream));
+        }
+        NCCL_CHECK(g_nccl.GroupEnd());
+    }
+    for (int i = 0; i < t->n; i++) {
+        cuda_backend *r = t->r[i];
+        RC(tp_set(r));
+        RC(sync_checked(r));
+        if (all_logits) RC(copy_logits_strided(r, r->logits_all, T, logits + r->vocab0, V));
+        else RC(copy_logits(r, r->logits, 1, logits + r->vocab0));
     }
     return 0;
+}
+
+static int tp_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
+    tp_backend *t = (tp_backend *)base;
+    if (T < 1 || T > t->r[0]->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, t->r[0]->T_max);
+    if (T > 1) return tp_prefill(t, tokens, T, pos0, all_logits, logits);
+    RC(tp_step(t, tokens[0], pos0, 0.0f, 0));
+    return tp_logits(t, logits);
 }
 
 static int tp_truncate(mu_backend *base, int pos) {
@@ -1765,10 +2045,17 @@ static const mu_prof_entry *tp_profile(mu_backend *base, bool on) {
     return e;
 }
 
+/* The ceiling of a split step: every GPU streams its own shard, so the
+ * sum of the GPUs' copy rates (GPU 0's, measured, times N: the GPUs of a
+ * host are alike). */
 static int tp_membw(mu_backend *base, double *gbps, const char **what) {
     tp_backend *t = (tp_backend *)base;
     RC(tp_set(t->r[0]));
-    return cuda_membw(&t->r[0]->base, gbps, what);
+    RC(cuda_membw(&t->r[0]->base, gbps, what));
+    *gbps *= t->n;
+    snprintf(t->membw_what, sizeof t->membw_what, "%d x GPU 0's %s", t->n, *what);
+    *what = t->membw_what;
+    return 0;
 }
 
 static const char *tp_describe(mu_backend *base) { return ((tp_backend *)base)->desc; }
@@ -1804,6 +2091,9 @@ static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **
     t->base.decode_select = tp_select;
     t->m = m;
     t->use_graph = env_int("MUSER_CUDA_GRAPH", 1) != 0;
+    t->skip_reduce = env_int("MUSER_TP_SKIP_ALLREDUCE", 0) != 0;
+    if (t->skip_reduce)
+        mu_warn("cuda: MUSER_TP_SKIP_ALLREDUCE=1: the layers' all-reduces are left out to time them; the logits are wrong");
     int rc = 0;
     int devs[MU_TP_MAX_RANKS];
     for (int i = 0; i < n; i++) devs[i] = i;

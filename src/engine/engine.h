@@ -72,7 +72,10 @@ typedef struct mu_backend_ops {
      * these ops on the same model) and position pos[i], used for its RoPE,
      * KV append and attention; logits[i] receives its [n_vocab]. Runs on
      * rows[0]'s threads and activations; n <= rows[0]'s n_batch. On
-     * failure rows may hold an extra KV row: the caller truncates. */
+     * failure rows may hold an extra KV row: the caller truncates.
+     * MUSER_EUNSUPPORTED, before changing anything: rows it does not mix
+     * (or too few to gain from it); the engine feeds that chunk's rows one
+     * by one through forward. */
     int (*forward_batch)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                          float *const *logits);
 } mu_backend_ops;
@@ -140,5 +143,24 @@ typedef struct mu_route_decision {
  * (fail closed) when the plane does not hold what the query needs. */
 bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, int layer,
                           mu_route_decision *d);
+
+/* Rewinds a backend's planes (one per layer) to hold positions < pos
+ * (0: empty). Every plane is checked first, so a refusal (a sliding ring
+ * that no longer holds what position pos would see) leaves them all
+ * unchanged. */
+int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos);
+
+/* Ring checkpoints (engine/checkpoint.c): one blob format for every
+ * backend, holding each ring's bookkeeping and the rows it holds. copy
+ * moves the K and V rows of layer's physical slots [slot0, slot0 + n)
+ * between the backend's cache and the blob: into k_blob/v_blob when
+ * to_blob, else out of them. Restore validates the whole blob before
+ * changing anything. */
+typedef int (*mu_ckpt_copy)(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob,
+                            uint8_t *v_blob);
+int mu_ckpt_save(const mu_model *m, const mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
+                 void **out, size_t *size);
+int mu_ckpt_restore(const mu_model *m, mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
+                    const void *blob, size_t size, int pos);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "util/error.h"
 
 static int log_routes = -1;
 
@@ -52,4 +53,21 @@ bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, 
                 (long long)d->first, (long long)n_visible, (long long)d->phys_first, (long long)p->origin_logical,
                 (long long)p->origin_physical, (long long)p->len, (long long)p->capacity);
     return true;
+}
+
+int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos) {
+    const mu_hparams *hp = &m->hp;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const mu_kv_plane *p = &planes[l];
+        int64_t need = pos > 0 ? pos - (mu_layer_visible(hp, &m->layers[l], pos) - 1) : 0;
+        if (pos > 0 && p->origin_logical > need)
+            return mu_fail(MUSER_EUNSUPPORTED,
+                           "cannot rewind to position %d: layer %d's sliding ring no longer holds position %lld", pos,
+                           l, (long long)need);
+    }
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (pos == 0) mu_kv_plane_reset(&planes[l]);
+        else mu_kv_truncate(&planes[l], pos);
+    }
+    return 0;
 }

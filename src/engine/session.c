@@ -124,7 +124,7 @@ muser_session_params muser_session_default_params(void) {
     muser_session_params p;
     memset(&p, 0, sizeof p);
     p.backend = MUSER_BACKEND_AUTO;
-    p.lane = MUSER_LANE_EXACT;
+    p.lane = MUSER_LANE_AUTO;
     p.kv_type = MUSER_KV_F16;
     return p;
 }
@@ -150,8 +150,17 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
     cfg.lane = p.lane;
     cfg.kv_type = p.kv_type;
     cfg.gpus = p.gpus;
-    if (p.lane != MUSER_LANE_EXACT && p.lane != MUSER_LANE_FAST) return mu_fail(MUSER_EINVAL, "unknown lane");
+    if (p.lane != MUSER_LANE_EXACT && p.lane != MUSER_LANE_FAST && p.lane != MUSER_LANE_AUTO)
+        return mu_fail(MUSER_EINVAL, "unknown lane");
+    /* AUTO: fast on the GPU, exact elsewhere (resolved per backend below) */
+    const bool lane_auto = p.lane == MUSER_LANE_AUTO;
+    cfg.lane = lane_auto ? MUSER_LANE_EXACT : p.lane;
     if (p.kv_type != MUSER_KV_F16 && p.kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
+    if (p.gpus < 0) return mu_fail(MUSER_EINVAL, "--gpus must be at least 1");
+    /* asking for GPUs by count never falls back to the CPU quietly */
+    if (p.gpus > 0 && (p.backend == MUSER_BACKEND_CPU || p.backend == MUSER_BACKEND_REF))
+        return mu_fail(MUSER_EINVAL, "--gpus %d splits the model over GPUs and needs --backend cuda (or auto), not %s",
+                       p.gpus, p.backend == MUSER_BACKEND_CPU ? "cpu" : "ref");
 
     muser_session *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(MUSER_ENOMEM, "out of memory");
@@ -166,17 +175,28 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
     switch (p.backend) {
     case MUSER_BACKEND_CPU: rc = mu_cpu_backend_new(model, &cfg, &s->backend); break;
     case MUSER_BACKEND_REF: rc = mu_ref_backend_new(model, &cfg, &s->backend); break;
-    case MUSER_BACKEND_CUDA: rc = mu_cuda_backend_new(model, &cfg, &s->backend); break;
+    case MUSER_BACKEND_CUDA:
+        if (lane_auto) cfg.lane = MUSER_LANE_FAST;
+        rc = mu_cuda_backend_new(model, &cfg, &s->backend);
+        break;
     case MUSER_BACKEND_AUTO:
 #ifdef MUSER_HAVE_CUDA
+        if (lane_auto) cfg.lane = MUSER_LANE_FAST;
         rc = mu_cuda_backend_new(model, &cfg, &s->backend);
         if (rc == 0) {
             p.backend = MUSER_BACKEND_CUDA;
             break;
         }
+        if (p.gpus > 0) break; /* the CUDA backend's error stands */
         mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
+#else
+        if (p.gpus > 0) {
+            rc = mu_fail(MUSER_EUNSUPPORTED, "--gpus %d: this build has no CUDA backend", p.gpus);
+            break;
+        }
 #endif
         p.backend = MUSER_BACKEND_CPU;
+        if (lane_auto) cfg.lane = MUSER_LANE_EXACT;
         rc = mu_cpu_backend_new(model, &cfg, &s->backend);
         break;
     default: rc = mu_fail(MUSER_EINVAL, "unknown backend %d", (int)p.backend);
@@ -187,6 +207,7 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
         return rc;
     }
     s->backend_kind = p.backend;
+    s->cfg = cfg; /* the lane as resolved */
     *out = s;
     return 0;
 }
@@ -202,6 +223,7 @@ void muser_session_free(muser_session *s) {
 }
 
 muser_backend muser_session_backend(const muser_session *s) { return s->backend_kind; }
+muser_lane muser_session_lane(const muser_session *s) { return s->cfg.lane; }
 
 int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool all_logits) {
     const int V = s->model->hp.n_vocab;
@@ -513,9 +535,13 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
         const int cap = sessions[done]->cfg.n_batch;
         const int chunk = n - done < cap ? n - done : cap;
         rc = ops->forward_batch(rows + done, tokens + done, pos + done, chunk, dst + done);
-        if (rc == MUSER_EUNSUPPORTED && done == 0) { /* rows the backend cannot mix: nothing changed yet */
-            free(rows), free(pos), free(dst);
-            return decode_one_by_one(sessions, tokens, n);
+        if (rc == MUSER_EUNSUPPORTED) {
+            /* rows the backend does not mix (or too few to gain from it): this
+             * chunk's rows one by one; the backend changed nothing before saying so */
+            mu_clear_error();
+            rc = 0;
+            for (int i = done; i < done + chunk && !rc; i++)
+                rc = rows[i]->ops->forward(rows[i], &tokens[i], 1, pos[i], false, dst[i]);
         }
         if (rc) {
             /* Every row goes back to where it was; KV rows of a half-done step are cut. */

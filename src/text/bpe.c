@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/pair_heap.h"
 #include "text/utf8.h"
 #include "text/vocab_internal.h"
 #include "util/error.h"
@@ -184,31 +185,7 @@ static inline bool pair_before(const bpe_pair *a, const bpe_pair *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void heap_push(bpe_pair *h, size_t *n, bpe_pair p) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = p;
-}
-
-static bpe_pair heap_pop(bpe_pair *h, size_t *n) {
-    bpe_pair top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && pair_before(&h[c + 1], &h[c])) c++;
-        if (!pair_before(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = last;
-    return top;
-}
+MU_PAIR_HEAP(heap, bpe_pair, pair_before)
 
 static void queue_pair(const struct mu_vocab *v, const char *text, const bpe_symbol *s, int32_t left, bpe_pair *h,
                        size_t *nh) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/pair_heap.h"
 #include "text/utf8.h"
 #include "text/vocab_internal.h"
 #include "util/error.h"
@@ -32,31 +33,7 @@ static inline bool pair_before(const spm_pair *a, const spm_pair *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(spm_pair *h, size_t *n, spm_pair p) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = p;
-}
-
-static spm_pair heap_pop(spm_pair *h, size_t *n) {
-    spm_pair top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && pair_before(&h[c + 1], &h[c])) c++;
-        if (!pair_before(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = last;
-    return top;
-}
+MU_PAIR_HEAP(heap, spm_pair, pair_before)
 
 
 static int32_t lookup(const struct mu_vocab *v, const char *s, size_t n) {

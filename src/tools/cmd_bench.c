@@ -32,7 +32,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: muser bench -m MODEL [--depths 0,512,2048,8192,32768,131072] [-n TOKENS] [--pp 512]\n"
-            "                   [--threads N] [--lane exact|fast] [--backend cpu|cuda] [--gpus N] [--kv f16|f32]\n"
+            "                   [--threads N] [--lane auto|exact|fast] [--backend cpu|cuda] [--gpus N] [--kv f16|f32]\n"
             "                   [--json] [--plot FILE.png] [--profile] [--membw-mib MIB]\n"
             "       muser bench --membw [--threads N] [--json] [--membw-mib MIB]\n"
             "Decode tok/s at each KV depth (median over -n tokens, default 16), bytes read per token (the\n"
@@ -465,6 +465,7 @@ int cmd_bench(int argc, char **argv) {
         muser_model_free(model);
         return 1;
     }
+    b.sp.lane = muser_session_lane(s); /* (auto resolved) */
     const char *isa = getenv("MUSER_ISA") && *getenv("MUSER_ISA") ? getenv("MUSER_ISA") : mu_membw_probe_isa(probe);
     depth_result res[MAX_DEPTHS];
     double all_bw[MAX_DEPTHS * MEMBW_PASSES];

@@ -12,7 +12,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: muser parity -m MODEL --tokens FILE --ref FILE [--mode decode|prefill]\n"
-            "                    [--backend cpu|ref|cuda] [--kv f16|f32] [--lane exact|fast] [-t THREADS] [--json]\n"
+            "                    [--backend cpu|ref|cuda] [--kv f16|f32] [--lane auto|exact|fast] [-t THREADS] [--json]\n"
             "Feeds the tokens (no BOS is added) and compares the logits at every position with the\n"
             "reference (a float32 [positions][n_vocab] file, or `float64` for the float64 reference backend): max |delta|, RMS delta, mean and max KL(reference || ours), top-1 agreement\n"
             "over all positions and over decisive ones (reference top-1 leads top-2 by >= 0.5).\n");
@@ -116,6 +116,7 @@ int cmd_parity(int argc, char **argv) {
         fprintf(stderr, "muser parity: %s\n", muser_last_error());
         goto out;
     }
+    sp.lane = muser_session_lane(s); /* (auto resolved) */
     ours = malloc((size_t)positions * V * sizeof(float));
     if (!ours) goto out;
     if (!strcmp(mode, "prefill")) {

@@ -18,7 +18,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: muser serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--backend auto|cpu|cuda] [-c CTX]\n"
             "                   [--parallel N] [--queue N] [--max-body BYTES] [--api-key KEY] [--alias NAME]\n"
-            "                   [-t THREADS] [--lane exact|fast] [--kv f16|f32] [-b BATCH] [--checkpoints N]\n"
+            "                   [-t THREADS] [--lane auto|exact|fast] [--kv f16|f32] [-b BATCH] [--checkpoints N]\n"
             "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
             "GET /health, GET /metrics, POST /tokenize, POST /detokenize, POST /apply-template.\n"
             "  --host ADDR        address to bind (default 127.0.0.1; 0.0.0.0 exposes the server)\n"

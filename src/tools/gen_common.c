@@ -18,7 +18,8 @@ const char *mu_gen_sampling_help(void) {
     return "sampling: --temp T (0: greedy) --top-k K --top-p P --min-p P --repeat-penalty R\n"
            "          --repeat-last-n N --presence-penalty P --frequency-penalty P --seed S\n"
            "          (defaults from the model: Muse Glimmer T 1.0, top-p 0.95, top-k 64)\n"
-           "session:  --backend auto|cpu|cuda|ref --lane exact|fast --kv f16|f32 -c CTX -t THREADS -b BATCH\n";
+           "session:  --backend auto|cpu|cuda|ref --lane auto|exact|fast --kv f16|f32 -c CTX -t THREADS -b BATCH\n"
+           "          --gpus N (CUDA: tensor parallel over N GPUs of this host, through NCCL)\n";
 }
 
 bool mu_gen_option(mu_args *a, mu_gen_opts *o) {

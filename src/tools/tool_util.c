@@ -33,8 +33,9 @@ bool mu_tool_session_option(mu_args *a, muser_session_params *sp) {
         if (!mu_arg_str(a, &v)) return false;
         if (!strcmp(v, "exact")) sp->lane = MUSER_LANE_EXACT;
         else if (!strcmp(v, "fast")) sp->lane = MUSER_LANE_FAST;
+        else if (!strcmp(v, "auto")) sp->lane = MUSER_LANE_AUTO;
         else {
-            fprintf(stderr, "muser %s: --lane must be exact or fast\n", a->cmd);
+            fprintf(stderr, "muser %s: --lane must be auto, exact or fast\n", a->cmd);
             return false;
         }
         return true;

@@ -29,6 +29,10 @@ cmp -s "$TMP/a" "$TMP/c" && bad "different seeds gave the same text" || ok
 
 # bad input
 expect_status 1 "$M" run -m /nonexistent.gguf
+# --gpus never falls back to the CPU quietly
+expect_status 1 "$M" run --gpus 2 --backend cpu -n 2
+expect_grep "needs --backend cuda" "$TMP/err"
+expect_status 2 "$M" run --gpus 0 -n 2
 expect_status 2 "$M" run --temp abc
 expect_status 2 "$M" run --top-p 2
 expect_status 2 "$M" run -t 0

@@ -1,5 +1,5 @@
 muser_c_test(gguf LABELS unit)
-muser_c_test(parity LABELS parity TIMEOUT 1800)
+muser_c_test(parity LABELS parity TIMEOUT 1800 SOURCES tests/fixture.c)
 muser_c_test(model LABELS unit SOURCES tests/tinymodel.c)
 muser_c_test(kv LABELS unit)
 muser_sh_test(core LABELS cli)

@@ -1,6 +1,8 @@
 # CUDA backend: kernel checks against CPU references and fixture parity.
 # Exits 77 (skipped) on machines without a GPU or builds without nvcc.
-muser_c_test(cuda LABELS cuda TIMEOUT 1200)
+muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c)
+# Weight sharing between sessions and batched decode against one-by-one.
+muser_c_test(cuda_batch LABELS cuda TIMEOUT 600)
 if(MUSER_HAVE_CUDA)
   # The A/B lab (launch and kernel variants in one run); the benchmark
   # proper is `muser bench --backend cuda`.
@@ -10,7 +12,7 @@ endif()
 # Tensor parallel (--gpus N) against the single-GPU backend: N = 1 runs the
 # NCCL path over a communicator of size 1; N = 2 is skipped (77) with fewer
 # GPUs present.
-add_executable(test_cuda_tp tests/test_cuda_tp.c tests/testlib.c)
+add_executable(test_cuda_tp tests/test_cuda_tp.c tests/testlib.c tests/fixture.c)
 target_link_libraries(test_cuda_tp PRIVATE muser_core)
 target_include_directories(test_cuda_tp PRIVATE tests)
 target_compile_definitions(test_cuda_tp PRIVATE MUSER_TEST_DATA="${MUSER_TEST_DATA}"

@@ -12,19 +12,7 @@
 #include "muser.h"
 #include "text/utf8.h"
 
-static muser_model *model;
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    const char *path = getenv("MUSER_FUZZ_VOCAB");
-    if (!path) path = MUSER_FUZZ_VOCAB;
-    if (muser_model_load_vocab(path, &model) != 0) {
-        fprintf(stderr, "fuzz_tokenize: %s\n", muser_last_error());
-        abort();
-    }
-    return 0;
-}
+#include "fuzz_vocab.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;

@@ -1,0 +1,48 @@
+/* fixture.c — loading a parity fixture (model, tokens, references) for the
+ * CPU, CUDA and tensor-parallel parity tests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "muser.h"
+
+bool tl_fixture_load(const char *rel, bool local, tl_fixture *fx) {
+    memset(fx, 0, sizeof *fx);
+    const char *sfx[4] = {".gguf", "/tokens.txt", ".exact.f32", ".decode.f32"};
+    char paths[4][600];
+    for (int i = 0; i < 4; i++) {
+        char r[400];
+        if (i == 1) snprintf(r, sizeof r, "%.*s%s", (int)(strrchr(rel, '/') - rel), rel, sfx[i]);
+        else snprintf(r, sizeof r, "%s%s", rel, sfx[i]);
+        const char *p = local ? tl_test_data(r, paths[i], sizeof paths[i]) : tl_shared(r, paths[i], sizeof paths[i]);
+        if (!p || access(p, R_OK) != 0) {
+            printf("\n**************** SKIPPED: %s (fixture file %s not found; set MUSER_TEST_DATA / MUSER_DATA_DIR) "
+                   "****************\n\n",
+                   rel, r);
+            return false;
+        }
+    }
+    CHECKF(muser_model_load(paths[0], &fx->model) == 0, "%s: %s", paths[0], muser_last_error());
+    if (!fx->model) return false;
+    muser_model_info info;
+    muser_model_get_info(fx->model, &info);
+    fx->V = info.n_vocab;
+    fx->tokens = tl_read_tokens(paths[1], &fx->n);
+    size_t es = 0, ds = 0;
+    fx->exact = tl_read_file(paths[2], &es);
+    fx->llama = tl_read_file(paths[3], &ds);
+    const bool ok = fx->tokens && fx->n > 0 && fx->exact && fx->llama && es == (size_t)fx->n * fx->V * 4 && ds == es;
+    CHECKF(ok, "%s: tokens and references disagree in size", rel);
+    if (!ok) tl_fixture_free(fx);
+    return ok;
+}
+
+void tl_fixture_free(tl_fixture *fx) {
+    muser_model_free(fx->model);
+    free(fx->tokens);
+    free(fx->exact);
+    free(fx->llama);
+    memset(fx, 0, sizeof *fx);
+}

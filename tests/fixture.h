@@ -1,0 +1,25 @@
+/* fixture.h — parity fixtures for the tests (tests/fixture.c). */
+#ifndef MU_TEST_FIXTURE_H
+#define MU_TEST_FIXTURE_H
+
+#include <stdbool.h>
+
+#include "testlib.h"
+
+/* A parity fixture: REL.gguf with the tokens.txt beside it, REL.exact.f32
+ * (the float reference) and REL.decode.f32 (llama.cpp's default run),
+ * each [n][V] little-endian f32. */
+typedef struct muser_model muser_model;
+typedef struct tl_fixture {
+    muser_model *model;
+    int *tokens;
+    int n, V;
+    float *exact, *llama;
+} tl_fixture;
+/* Loads REL from tests/data (local; MUSER_TEST_DATA overrides the folder)
+ * or from the shared data dir. Prints a loud SKIPPED line and returns false
+ * when a file is absent; CHECK-fails and returns false when one is bad. */
+bool tl_fixture_load(const char *rel, bool local, tl_fixture *fx);
+void tl_fixture_free(tl_fixture *fx);
+
+#endif
