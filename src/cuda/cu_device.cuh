@@ -451,4 +451,22 @@ __device__ __forceinline__ void splitk_owned(int64_t n_rows, int n_workers, int 
     count = end > first ? end - first : 0;
 }
 
+/* Launches with the programmatic-serialization attribute when PDL is on
+ * (mu_cu_set_pdl): the kernel may start while its predecessor drains. */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mu_cu_get_pdl() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 #endif

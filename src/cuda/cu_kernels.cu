@@ -20,23 +20,6 @@ static bool g_pdl = false;
 extern "C" void mu_cu_set_pdl(bool on) { g_pdl = on; }
 extern "C" bool mu_cu_get_pdl(void) { return g_pdl; }
 
-/* Launches with the programmatic-serialization attribute when PDL is on. */
-template <typename... KArgs, typename... Args>
-static cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                          Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = g_pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
 /* ---- layouts and repacking -------------------------------------------------------- */
 
 extern "C" bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, mu_cu_layout *o) {
@@ -386,7 +369,7 @@ __global__ void __launch_bounds__(256) resnorm_rows_kernel(const __grid_constant
 }
 
 extern "C" cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, cudaStream_t s) {
-    return launch(resnorm_rows_kernel, dim3(T), dim3(256), 0, s, rn);
+    return launch_pdl(resnorm_rows_kernel, dim3(T), dim3(256), 0, s, rn);
 }
 
 /* ---- embedding ------------------------------------------------------------------------- */
@@ -434,7 +417,7 @@ __global__ void __launch_bounds__(256) embed_kernel(const __grid_constant__ mu_c
 
 extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
                                    unsigned long long *best, cudaStream_t s) {
-    return launch(embed_kernel, dim3(T), dim3(256), 0, s, *tok, recs, rn, best);
+    return launch_pdl(embed_kernel, dim3(T), dim3(256), 0, s, *tok, recs, rn, best);
 }
 
 /* ---- matvec ----------------------------------------------------------------------------
@@ -998,7 +981,7 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
     int64_t blocks = (warps + NW - 1) / NW;
     if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
     if (blocks < 1) blocks = 1;
-    return launch(mv_kernel<P, LANE, EPI, QI>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
+    return launch_pdl(mv_kernel<P, LANE, EPI, QI>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
 }
 
 template <class P, int LANE>
@@ -1091,7 +1074,7 @@ __global__ void swiglu_kernel(float *g, const float *u, uint16_t *h, int64_t tot
 }
 
 extern "C" cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, cudaStream_t s) {
-    return launch(swiglu_kernel, dim3(1024), dim3(256), 0, s, g, u, h, n * T);
+    return launch_pdl(swiglu_kernel, dim3(1024), dim3(256), 0, s, g, u, h, n * T);
 }
 
 __global__ void logits_finish_kernel(float *x, int64_t n, float scale, float softcap) {
@@ -1105,7 +1088,7 @@ __global__ void logits_finish_kernel(float *x, int64_t n, float scale, float sof
 }
 
 extern "C" cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float softcap, cudaStream_t s) {
-    return launch(logits_finish_kernel, dim3(2048), dim3(256), 0, s, logits, n, scale, softcap);
+    return launch_pdl(logits_finish_kernel, dim3(2048), dim3(256), 0, s, logits, n, scale, softcap);
 }
 
 __global__ void to_f16_kernel(const float *x, uint16_t *h, int64_t n) {
@@ -1116,7 +1099,7 @@ __global__ void to_f16_kernel(const float *x, uint16_t *h, int64_t n) {
 }
 
 extern "C" cudaError_t mu_cu_to_f16(const float *x, uint16_t *h, int64_t n, cudaStream_t s) {
-    return launch(to_f16_kernel, dim3(1024), dim3(256), 0, s, x, h, n);
+    return launch_pdl(to_f16_kernel, dim3(1024), dim3(256), 0, s, x, h, n);
 }
 
 __global__ void fill_random_kernel(void *dst, int64_t n, bool f32, uint64_t seed, float scale) {
@@ -1204,7 +1187,7 @@ static cudaError_t launch_mvr(const mu_cu_weight *w, const float *x, int64_t ldx
     int64_t blocks = (w->rows + 15) / 16;
     const int64_t most = (int64_t)sms[dev] * fit[dev];
     if (blocks > most) blocks = most;
-    return launch(mvr_kernel<P, NR>, dim3((unsigned)blocks), dim3(512), 0, s, *w, x, ldx, y, ldy, nrows);
+    return launch_pdl(mvr_kernel<P, NR>, dim3((unsigned)blocks), dim3(512), 0, s, *w, x, ldx, y, ldy, nrows);
 }
 
 template <class P>
