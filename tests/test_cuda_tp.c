@@ -15,10 +15,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "muser.h"
 #include "fixture.h"
 #include "testlib.h"
+#include "tinymodel.h"
 
 #if defined(MUSER_HAVE_CUDA) && defined(MUSER_HAVE_NCCL)
 #include <cuda_runtime_api.h>
@@ -102,6 +104,45 @@ static void check_choices(const char *what, const float *logits, const muser_tok
     CHECKF(bad == 0, "%s: the device's choice is not the largest logit at %d of %d steps", what, bad, n);
 }
 
+/* An FFN wide enough that one GPU splits each down row into parts (the
+ * single-GPU down launch sums several partial rows in its tail) while a
+ * rank's down launch writes whole rows: a prompt fed as one chunk, then
+ * decoded steps, split vs one GPU in the exact lane at the core bounds. */
+static void wide_ffn(int gpus) {
+    tm_opts o = tm_defaults();
+    o.n_embd = 256, o.n_head = 4, o.n_head_kv = 2, o.head_dim = 128, o.n_ff = 17408, o.n_layer = 2;
+    o.window = 16, o.ctx = 256, o.vocab = 300;
+    o.weight_type = 12; /* Q4_K */
+    size_t size = 0;
+    uint8_t *buf = tm_build(&o, &size);
+    const char *path = tm_write_temp(buf, size, "tp-wide");
+    free(buf);
+    muser_model *m = NULL;
+    CHECKF(muser_model_load(path, &m) == 0, "%s", muser_last_error());
+    if (!m) return;
+    muser_session *one = new_session(m, 0, MUSER_LANE_EXACT, MUSER_KV_F32);
+    muser_session *tp = new_session(m, gpus, MUSER_LANE_EXACT, MUSER_KV_F32);
+    uint64_t rng = 99;
+    muser_token toks[32];
+    for (int i = 0; i < 32; i++) toks[i] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)o.vocab);
+    double worst = 0;
+    if (one && tp) {
+        CHECK(muser_session_feed(one, toks, 12, false) == 0 && muser_session_feed(tp, toks, 12, false) == 0);
+        for (int i = 12; i < 32; i++) {
+            CHECK(muser_session_feed(one, &toks[i], 1, false) == 0 && muser_session_feed(tp, &toks[i], 1, false) == 0);
+            const float *a = muser_session_logits(one), *b = muser_session_logits(tp);
+            for (int v = 0; v < o.vocab; v++) worst = fmax(worst, fabs((double)a[v] - (double)b[v]));
+        }
+        printf("  wide FFN (n_ff %d, Q4_K), chunk then 20 decoded steps: split vs one GPU max |d| %.3g\n", o.n_ff,
+               worst);
+        CHECKF(worst <= 5e-4, "wide FFN: split vs one GPU max |d| %.3g > 5e-4", worst);
+    }
+    muser_session_free(one);
+    muser_session_free(tp);
+    muser_model_free(m);
+    unlink(path);
+}
+
 int main(int argc, char **argv) {
     const int gpus = argc > 1 ? atoi(argv[1]) : 1;
     if (mu_cuda_probe() != 0) {
@@ -152,6 +193,7 @@ int main(int argc, char **argv) {
         free(fed);
     }
     tl_fixture_free(&fx);
+    wide_ffn(gpus);
     return tl_finish("cuda_tp");
 }
 

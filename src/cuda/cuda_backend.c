@@ -802,13 +802,6 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     return 0;
 }
 
-/* A rank's partial sums of Wo (E values) or of down (its parts x E). */
-static size_t reduce_count(const cuda_backend *b, int part) {
-    if (part % 2 == 0) return (size_t)b->E;
-    const mu_cu_weight *w = &b->layers[(part - 1) / 2].ffn_down;
-    return (size_t)b->E * (size_t)mu_cu_mv_parts(w->type, w->cols);
-}
-
 /* The residual/norm tail after an all-reduce (tensor parallel). */
 static int enqueue_tp_tail(cuda_backend *b, int part, prof_state *p) {
     const mu_hparams *hp = &b->m->hp;
@@ -822,9 +815,8 @@ static int enqueue_tp_tail(cuda_backend *b, int part, prof_state *p) {
     } else { /* after down of layer l */
         const int l = (part - 2) / 2;
         const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
+        /* (a rank's down is a STORE launch: one part, whole rows) */
         rn = resnorm_of(b, b->t, b->layers[l].post_ffn_norm, next, false);
-        const mu_cu_weight *w = &b->layers[l].ffn_down;
-        rn.branch_parts = mu_cu_mv_parts(w->type, w->cols);
     }
     /* (timed with the all-reduce: its mark is set before the NCCL call) */
     CU_CHECK(mu_cu_resnorm_rows(rn, 1, b->stream));
@@ -1866,7 +1858,7 @@ static int tp_enqueue(tp_backend *t) {
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
             if (part + 1 < parts)
-                NCCL_CHECK(g_nccl.AllReduce(r->t, r->t, reduce_count(r, part), ncclFloat32, ncclSum, t->comm[i], r->stream));
+                NCCL_CHECK(g_nccl.AllReduce(r->t, r->t, (size_t)r->E, ncclFloat32, ncclSum, t->comm[i], r->stream));
             else /* the packed (logit, ~index) keys: the largest wins everywhere */
                 NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->stream));
         }

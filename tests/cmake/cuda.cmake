@@ -12,7 +12,7 @@ endif()
 # Tensor parallel (--gpus N) against the single-GPU backend: N = 1 runs the
 # NCCL path over a communicator of size 1; N = 2 is skipped (77) with fewer
 # GPUs present.
-add_executable(test_cuda_tp tests/test_cuda_tp.c tests/testlib.c tests/fixture.c)
+add_executable(test_cuda_tp tests/test_cuda_tp.c tests/testlib.c tests/fixture.c tests/tinymodel.c)
 target_link_libraries(test_cuda_tp PRIVATE muser_core)
 target_include_directories(test_cuda_tp PRIVATE tests)
 target_compile_definitions(test_cuda_tp PRIVATE MUSER_TEST_DATA="${MUSER_TEST_DATA}"
