@@ -94,6 +94,38 @@ static void test_cutoffs(void) {
     muser_sampler_free(s);
 }
 
+/* top-k over a large vocabulary with many ties: only the k best (ties
+ * broken by the lower id) are ever drawn, and with a flat temperature each
+ * of them is. */
+static void test_top_k_large(void) {
+    enum { V = 5000, K = 37 };
+    float *l = malloc(sizeof(float) * V);
+    uint64_t rng = 11;
+    for (int i = 0; i < V; i++) l[i] = (float)(tl_rand_u64(&rng) % 200) / 10.0f; /* many equal values */
+    /* the reference set: rank every id by (logit desc, id asc) */
+    int *order = malloc(sizeof(int) * V);
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 0; i < K; i++) /* selection of the K best, plainly */
+        for (int j = i + 1; j < V; j++) {
+            const int a = order[i], b = order[j];
+            if (l[b] > l[a] || (l[b] == l[a] && b < a)) order[i] = b, order[j] = a;
+        }
+    bool *in = calloc(V, sizeof(bool));
+    for (int i = 0; i < K; i++) in[order[i]] = true;
+    muser_sampler_params p = base();
+    p.top_k = K;
+    p.temperature = 1000.0f; /* nearly flat over the kept K */
+    muser_sampler *s = muser_sampler_new(&p, V);
+    int *seen = calloc(V, sizeof(int));
+    for (int i = 0; i < 20000; i++) seen[muser_sampler_sample(s, l)]++;
+    int outside = 0, missing = 0;
+    for (int i = 0; i < V; i++) outside += seen[i] && !in[i], missing += in[i] && !seen[i];
+    CHECKF(outside == 0 && missing == 0, "top-k %d: %d drawn outside the best, %d of the best never drawn", K, outside,
+           missing);
+    muser_sampler_free(s);
+    free(seen), free(in), free(order), free(l);
+}
+
 static void test_penalties(void) {
     float l[3] = {2.0f, 1.5f, -1.0f};
     muser_sampler_params p = base();
@@ -151,6 +183,7 @@ int main(void) {
     test_greedy();
     test_determinism_and_distribution();
     test_cutoffs();
+    test_top_k_large();
     test_penalties();
     test_bad_params();
     return tl_finish("sample");

@@ -120,24 +120,36 @@ static int cmp_desc(const void *a, const void *b) {
     return x->id - y->id;
 }
 
-/* Moves the k largest candidates to the front (unordered), k < n. */
+/* true when x ranks before y (cmp_desc's order: larger logit, then lower id) */
+static inline bool ranks_before(const cand *x, const cand *y) {
+    return x->logit > y->logit || (x->logit == y->logit && x->id < y->id);
+}
+
+/* Sifts h[i] down a heap of n whose root is the lowest-ranked candidate. */
+static void worst_heap_down(cand *h, int n, int i) {
+    const cand v = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && ranks_before(&h[c], &h[c + 1])) c++; /* the lower-ranked child */
+        if (!ranks_before(&v, &h[c])) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+/* Moves the k highest-ranked candidates to the front (unordered), k < n, in
+ * one pass: c[0..k) is kept as a heap whose root is the lowest of them, and
+ * a later candidate replaces the root only when it ranks above it (rare
+ * after the first few thousand), so this is O(n) compares. The set is the
+ * one a full sort would put first (ties broken by id). */
 static void select_top(cand *c, int n, int k) {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        cand pivot = c[(lo + hi) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (cmp_desc(&c[i], &pivot) < 0) i++;
-            while (cmp_desc(&c[j], &pivot) > 0) j--;
-            if (i <= j) {
-                cand t = c[i];
-                c[i++] = c[j];
-                c[j--] = t;
-            }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+    for (int i = k / 2 - 1; i >= 0; i--) worst_heap_down(c, k, i);
+    for (int i = k; i < n; i++) {
+        if (!ranks_before(&c[i], &c[0])) continue;
+        c[0] = c[i];
+        worst_heap_down(c, k, 0);
     }
 }
 
