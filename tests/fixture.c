@@ -1,5 +1,6 @@
-/* fixture.c — loading a parity fixture (model, tokens, references) for the
- * CPU, CUDA and tensor-parallel parity tests. */
+/* fixture.c — parity fixtures (model, tokens, references) and running
+ * tokens through a session, for the CPU, CUDA and tensor-parallel parity
+ * tests. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,4 +46,19 @@ void tl_fixture_free(tl_fixture *fx) {
     free(fx->exact);
     free(fx->llama);
     memset(fx, 0, sizeof *fx);
+}
+
+float *tl_run_logits(muser_session *s, const int *tokens, int n, int V, bool prefill) {
+    float *out = malloc(sizeof(float) * (size_t)n * V);
+    if (!out) return NULL;
+    if (prefill) {
+        CHECK(muser_session_feed(s, tokens, n, true) == 0);
+        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, muser_session_logits_at(s, i), sizeof(float) * V);
+    } else {
+        for (int i = 0; i < n; i++) {
+            CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
+            memcpy(out + (size_t)i * V, muser_session_logits(s), sizeof(float) * V);
+        }
+    }
+    return out;
 }

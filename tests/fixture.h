@@ -22,4 +22,9 @@ typedef struct tl_fixture {
 bool tl_fixture_load(const char *rel, bool local, tl_fixture *fx);
 void tl_fixture_free(tl_fixture *fx);
 
+/* Runs n tokens through the session, as one chunk (prefill) or one by one,
+ * and returns every position's logits [n][V] (malloc'd). */
+typedef struct muser_session muser_session;
+float *tl_run_logits(muser_session *s, const int *tokens, int n, int V, bool prefill);
+
 #endif

@@ -518,16 +518,7 @@ static float *run_cuda(muser_model *m, const int *tokens, int n, run_opts o, int
         tl_failed++;
         return NULL;
     }
-    float *out = malloc(sizeof(float) * (size_t)n * V);
-    if (o.prefill) {
-        CHECK(muser_session_feed(s, tokens, n, true) == 0);
-        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, muser_session_logits_at(s, i), sizeof(float) * V);
-    } else {
-        for (int i = 0; i < n; i++) {
-            CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
-            memcpy(out + (size_t)i * V, muser_session_logits(s), sizeof(float) * V);
-        }
-    }
+    float *out = tl_run_logits(s, tokens, n, V, o.prefill);
     muser_session_free(s);
     return out;
 }

@@ -60,16 +60,7 @@ static float *run(muser_model *m, const int *tokens, int n, muser_backend backen
     muser_model_info info;
     muser_model_get_info(m, &info);
     const int V = info.n_vocab;
-    float *out = malloc(sizeof(float) * (size_t)n * V);
-    if (prefill) {
-        CHECK(muser_session_feed(s, tokens, n, true) == 0);
-        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, muser_session_logits_at(s, i), sizeof(float) * V);
-    } else {
-        for (int i = 0; i < n; i++) {
-            CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
-            memcpy(out + (size_t)i * V, muser_session_logits(s), sizeof(float) * V);
-        }
-    }
+    float *out = tl_run_logits(s, tokens, n, V, prefill);
     muser_session_free(s);
     return out;
 }
