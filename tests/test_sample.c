@@ -126,6 +126,45 @@ static void test_top_k_large(void) {
     free(seen), free(in), free(order), free(l);
 }
 
+/* top-p without top-k over a vocabulary whose nucleus is deep (the sampler
+ * sorts a growing prefix until the cut falls inside it): draws stay inside
+ * the nucleus, and nearly all of it is drawn. */
+static void test_top_p_deep(void) {
+    enum { V = 5000 };
+    float *l = malloc(sizeof(float) * V);
+    int *order = malloc(sizeof(int) * V);
+    uint64_t rng = 5;
+    for (int i = 0; i < V; i++) l[i] = 3.0f * tl_rand_uniform(&rng), order[i] = i;
+    /* the reference nucleus: sort by (logit desc, id asc), cut at 0.9 */
+    for (int i = 1; i < V; i++) { /* insertion sort: plain and sure */
+        const int v = order[i];
+        int j = i;
+        while (j > 0 && (l[order[j - 1]] < l[v] || (l[order[j - 1]] == l[v] && order[j - 1] > v))) order[j] = order[j - 1], j--;
+        order[j] = v;
+    }
+    double sum = 0, cum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)l[i] - l[order[0]]);
+    bool *in = calloc(V, sizeof(bool));
+    int size = 0;
+    for (int i = 0; i < V; i++) {
+        in[order[i]] = true, size++;
+        cum += exp((double)l[order[i]] - l[order[0]]) / sum;
+        if (cum >= 0.9) break;
+    }
+    CHECK(size > 1024); /* deep enough to need several rounds */
+    muser_sampler_params p = base();
+    p.top_p = 0.9f;
+    muser_sampler *s = muser_sampler_new(&p, V);
+    int *seen = calloc(V, sizeof(int));
+    for (int i = 0; i < 60000; i++) seen[muser_sampler_sample(s, l)]++;
+    int outside = 0, missing = 0;
+    for (int i = 0; i < V; i++) outside += seen[i] && !in[i], missing += in[i] && !seen[i];
+    CHECKF(outside == 0 && missing * 4 < size, "top-p 0.9 over %d: %d drawn outside the nucleus of %d, %d never drawn",
+           V, outside, size, missing);
+    muser_sampler_free(s);
+    free(seen), free(in), free(order), free(l);
+}
+
 static void test_penalties(void) {
     float l[3] = {2.0f, 1.5f, -1.0f};
     muser_sampler_params p = base();
@@ -184,6 +223,7 @@ int main(void) {
     test_determinism_and_distribution();
     test_cutoffs();
     test_top_k_large();
+    test_top_p_deep();
     test_penalties();
     test_bad_params();
     return tl_finish("sample");

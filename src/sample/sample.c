@@ -139,8 +139,8 @@ static void worst_heap_down(cand *h, int n, int i) {
     h[i] = v;
 }
 
-/* Moves the k highest-ranked candidates to the front (unordered), k < n, in
- * one pass: c[0..k) is kept as a heap whose root is the lowest of them, and
+/* Moves the k highest-ranked candidates to the front (unordered), k < n, and
+ * the rest behind them, in one pass: c[0..k) is kept as a heap whose root is the lowest of them, and
  * a later candidate replaces the root only when it ranks above it (rare
  * after the first few thousand), so this is O(n) compares. The set is the
  * one a full sort would put first (ties broken by id). */
@@ -148,7 +148,9 @@ static void select_top(cand *c, int n, int k) {
     for (int i = k / 2 - 1; i >= 0; i--) worst_heap_down(c, k, i);
     for (int i = k; i < n; i++) {
         if (!ranks_before(&c[i], &c[0])) continue;
+        const cand out = c[0]; /* swapped, not dropped: c stays a permutation */
         c[0] = c[i];
+        c[i] = out;
         worst_heap_down(c, k, 0);
     }
 }
@@ -189,26 +191,45 @@ muser_token muser_sampler_sample(muser_sampler *s, const float *logits) {
                 if (c[i].logit >= floor_logit) c[m++] = c[i];
             n = m;
         }
-        qsort(c, (size_t)n, sizeof(cand), cmp_desc);
-        /* probabilities at temperature 1 for top-p / min-p, as llama.cpp */
-        const float mx = c[0].logit;
+        /* probabilities at temperature 1 for top-p / min-p, as llama.cpp:
+         * exp(l - max) / sum over every candidate. Only the prefix up to
+         * the cut needs sorting: sort the best m (m growing 4x) until a cut
+         * falls inside it; without cuts, everything. */
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
         double sum = 0.0;
-        double *pr = malloc(sizeof(double) * (size_t)n);
-        for (int i = 0; i < n; i++) sum += (pr[i] = exp((double)c[i].logit - mx));
-        if (p->top_p < 1.0f) {
-            double cum = 0.0;
-            for (int i = 0; i < n; i++) {
-                cum += pr[i] / sum;
-                if (cum >= p->top_p) {
-                    n = i + 1;
-                    break;
+        for (int i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+        const bool cuts = p->top_p < 1.0f || p->min_p > 0.0f;
+        for (int m = cuts && n > 256 ? 256 : n;; m = m > n / 4 ? n : 4 * m) {
+            if (m < n) select_top(c, n, m);
+            qsort(c, (size_t)m, sizeof(cand), cmp_desc);
+            int keep = m;
+            bool cut = false;
+            if (p->top_p < 1.0f) {
+                double cum = 0.0;
+                for (int i = 0; i < m; i++) {
+                    cum += exp((double)c[i].logit - mx) / sum;
+                    if (cum >= p->top_p) {
+                        keep = i + 1, cut = true;
+                        break;
+                    }
                 }
             }
+            if (p->min_p > 0.0f) {
+                int k = 1; /* the best has probability 1 relative to itself */
+                while (k < keep && exp((double)c[k].logit - mx) >= p->min_p) k++;
+                if (k < keep) keep = k, cut = true;
+            }
+            if (cut || m == n) {
+                n = keep;
+                break;
+            }
         }
-        if (p->min_p > 0.0f) {
-            int keep = 1;
-            while (keep < n && pr[keep] >= p->min_p) keep++; /* pr[0] = 1 */
-            n = keep;
+        double *pr = malloc(sizeof(double) * (size_t)n);
+        if (!pr) {
+            chosen = c[0].id;
+            muser_sampler_accept(s, chosen);
+            return chosen;
         }
         /* temperature, then the draw */
         double total = 0.0;
