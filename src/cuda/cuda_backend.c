@@ -649,9 +649,14 @@ static mu_cu_qkv_post qkv_post_of(const cuda_backend *b, int l, int T) {
     return a;
 }
 
-static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out) {
+/* Split-K attention of T query rows starting at row `row` of b's
+ * activations over kv's cache of layer l (kv is b itself, or the session
+ * of that row in a batched step), then the merge + gate into o (o16; the
+ * int8 copy when quant_out). */
+static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
+                        prof_state *p, bool f16_out, bool quant_out) {
     const mu_hparams *hp = &b->m->hp;
-    const int cap = T == 1 ? b->split_dec : b->split_pre;
+    const int64_t off = row * b->Q;
     mu_cu_attn a;
     memset(&a, 0, sizeof a);
     a.T = T;
@@ -660,16 +665,16 @@ static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_
     a.n_head_kv = hp->n_head_kv;
     a.head_dim = hp->head_dim;
     a.kv_f32 = b->kv_f32;
-    a.capacity = b->planes[l].capacity;
-    a.kc = b->kc[l];
-    a.vc = b->vc[l];
-    a.q = b->qn;
+    a.capacity = kv->planes[l].capacity;
+    a.kc = kv->kc[l];
+    a.vc = kv->vc[l];
+    a.q = b->qn + off;
     a.scale_log2 = hp->attn_scale * 1.4426950408889634f;
     a.split_cap = cap;
     a.part_m = b->part_m;
     a.part_l = b->part_l;
     a.part_o = b->part_o;
-    a.recs = recs_of(b);
+    a.recs = recs;
     RC(prof_mark(b, p, PF_ATTN));
     CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
 
@@ -683,17 +688,22 @@ static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_
     r.part_m = b->part_m;
     r.part_l = b->part_l;
     r.part_o = b->part_o;
-    r.gate = b->layers[l].wgate.qs ? b->g : NULL;
+    r.gate = b->layers[l].wgate.qs ? b->g + off : NULL;
     r.gate_stride = b->Q;
-    r.out.x = b->o;
-    r.out.q = (T == 1 && b->fast) ? b->oq : NULL;
-    r.out.ds = (T == 1 && b->fast) ? b->ods : NULL;
-    r.out.h = f16_out ? b->o16 : NULL;
+    r.out.x = b->o + off;
+    r.out.q = quant_out ? b->oq : NULL;
+    r.out.ds = quant_out ? b->ods : NULL;
+    r.out.h = f16_out ? b->o16 + off : NULL;
     r.out_stride = b->Q;
-    r.recs = recs_of(b);
+    r.recs = recs;
     RC(prof_mark(b, p, PF_REDUCE));
     CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
     return 0;
+}
+
+static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out) {
+    return attention_at(b, b, l, T, 0, recs_of(b), T == 1 ? b->split_dec : b->split_pre, p, f16_out,
+                        T == 1 && b->fast);
 }
 
 static void mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act) {
@@ -1053,7 +1063,6 @@ static int mm_all(cuda_backend *b, bool mv, const mu_cu_weight *w, const void *A
 /* Row i of a batched step, layer l: QK-norm + RoPE + KV append into kv's
  * cache, split-K attention over it, merge + gate into row i of o (o16). */
 static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, bool f16_out) {
-    const mu_hparams *hp = &b->m->hp;
     mu_cu_recs recs = recs_of(b);
     recs.base += (int64_t)i * b->rec_stride;
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
@@ -1065,45 +1074,7 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
     qp.vc = kv->vc[l];
     qp.recs = recs;
     CU_CHECK(mu_cu_qkv_post_launch(&qp, b->stream));
-
-    mu_cu_attn a;
-    memset(&a, 0, sizeof a);
-    a.T = 1;
-    a.layer = l;
-    a.n_head = hp->n_head;
-    a.n_head_kv = hp->n_head_kv;
-    a.head_dim = hp->head_dim;
-    a.kv_f32 = b->kv_f32;
-    a.capacity = kv->planes[l].capacity;
-    a.kc = kv->kc[l];
-    a.vc = kv->vc[l];
-    a.q = b->qn + (int64_t)i * b->Q;
-    a.scale_log2 = hp->attn_scale * 1.4426950408889634f;
-    a.split_cap = b->split_dec;
-    a.part_m = b->part_m;
-    a.part_l = b->part_l;
-    a.part_o = b->part_o;
-    a.recs = recs;
-    CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
-
-    mu_cu_reduce r;
-    memset(&r, 0, sizeof r);
-    r.T = 1;
-    r.n_head = hp->n_head;
-    r.head_dim = hp->head_dim;
-    r.split_cap = b->split_dec;
-    r.layer = l;
-    r.part_m = b->part_m;
-    r.part_l = b->part_l;
-    r.part_o = b->part_o;
-    r.gate = b->layers[l].wgate.qs ? b->g + (int64_t)i * b->Q : NULL;
-    r.gate_stride = b->Q;
-    r.out.x = b->o + (int64_t)i * b->Q;
-    r.out.h = f16_out ? b->o16 + (int64_t)i * b->Q : NULL;
-    r.out_stride = b->Q;
-    r.recs = recs;
-    CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
-    return 0;
+    return attention_at(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false);
 }
 
 /* The batched step; logits of row i in row i of logits_all. */
