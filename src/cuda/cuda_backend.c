@@ -1725,6 +1725,11 @@ typedef struct nccl_api {
     ncclResult_t (*GroupEnd)(void);
     const char *(*GetErrorString)(ncclResult_t);
     ncclResult_t (*GetVersion)(int *);
+    /* NCCL 2.27+: symmetric windows (NULL when the library lacks them) */
+    ncclResult_t (*MemAlloc)(void **, size_t);
+    ncclResult_t (*MemFree)(void *);
+    ncclResult_t (*WindowRegister)(ncclComm_t, void *, size_t, ncclWindow_t *, int);
+    ncclResult_t (*WindowDeregister)(ncclComm_t, ncclWindow_t);
 } nccl_api;
 static nccl_api g_nccl;
 
@@ -1745,7 +1750,9 @@ static int nccl_load(void) {
         return mu_fail(MUSER_EBACKEND, "--gpus needs NCCL, and libnccl.so.2 could not be loaded (%s); put its folder in "
                                        "LD_LIBRARY_PATH or name the file in MUSER_NCCL_LIB",
                        dlerror());
-    nccl_api a = {lib, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    nccl_api a;
+    memset(&a, 0, sizeof a);
+    a.lib = lib;
     *(void **)&a.CommInitAll = dlsym(lib, "ncclCommInitAll");
     *(void **)&a.CommDestroy = dlsym(lib, "ncclCommDestroy");
     *(void **)&a.AllReduce = dlsym(lib, "ncclAllReduce");
@@ -1753,6 +1760,10 @@ static int nccl_load(void) {
     *(void **)&a.GroupEnd = dlsym(lib, "ncclGroupEnd");
     *(void **)&a.GetErrorString = dlsym(lib, "ncclGetErrorString");
     *(void **)&a.GetVersion = dlsym(lib, "ncclGetVersion");
+    *(void **)&a.MemAlloc = dlsym(lib, "ncclMemAlloc");
+    *(void **)&a.MemFree = dlsym(lib, "ncclMemFree");
+    *(void **)&a.WindowRegister = dlsym(lib, "ncclCommWindowRegister");
+    *(void **)&a.WindowDeregister = dlsym(lib, "ncclCommWindowDeregister");
     if (!a.CommInitAll || !a.CommDestroy || !a.AllReduce || !a.GroupStart || !a.GroupEnd || !a.GetErrorString ||
         !a.GetVersion) {
         dlclose(lib);
@@ -1769,6 +1780,11 @@ typedef struct tp_backend {
     cuda_backend *r[MU_TP_MAX_RANKS];
     mu_model view[MU_TP_MAX_RANKS];
     ncclComm_t comm[MU_TP_MAX_RANKS];
+    /* each rank's partial sums (its t) in a symmetric NCCL window, which
+     * selects NCCL's low-latency symmetric all-reduce kernels */
+    void *sym_buf[MU_TP_MAX_RANKS];
+    ncclWindow_t win[MU_TP_MAX_RANKS];
+    bool symmetric;
     cudaGraphExec_t graph[MU_TP_MAX_RANKS];
     bool use_graph, graph_ready, graph_broken, prof_on;
     bool skip_reduce; /* MUSER_TP_SKIP_ALLREDUCE=1: timing lab only, wrong logits */
@@ -1978,6 +1994,12 @@ static void tp_free(mu_backend *base) {
         if (!t->r[i]) continue;
         cudaSetDevice(t->r[i]->device);
         if (t->graph[i]) cudaGraphExecDestroy(t->graph[i]);
+        if (t->sym_buf[i]) {
+            cudaStreamSynchronize(t->r[i]->stream);
+            if (t->win[i]) g_nccl.WindowDeregister(t->comm[i], t->win[i]);
+            g_nccl.MemFree(t->sym_buf[i]);
+            t->r[i]->t = NULL; /* it was sym_buf */
+        }
         if (t->comm[i]) g_nccl.CommDestroy(t->comm[i]);
         cuda_free(&t->r[i]->base);
     }
@@ -2036,6 +2058,54 @@ static const mu_backend_ops tp_ops = {
     .describe = tp_describe,
 };
 
+/* Moves every rank's partial-sum buffer t into a symmetric NCCL window
+ * (ncclMemAlloc + ncclCommWindowRegister, NCCL 2.27 or later), so the
+ * all-reduces on it run NCCL's symmetric kernels (measured on 2 x H200:
+ * 9.0 -> 8.0 us per all-reduce). MUSER_TP_SYMMETRIC=0 keeps plain buffers;
+ * so does a library or machine without them (with a notice). */
+static int tp_symmetric(tp_backend *t) {
+    int ver = 0;
+    g_nccl.GetVersion(&ver);
+    if (env_int("MUSER_TP_SYMMETRIC", 1) == 0 || ver < 22700 || !g_nccl.MemAlloc || !g_nccl.MemFree ||
+        !g_nccl.WindowRegister || !g_nccl.WindowDeregister)
+        return 0;
+    const int T = t->r[0]->T_max;
+    const size_t bytes = (size_t)(T > 8 ? T : 8) * (size_t)t->r[0]->E * sizeof(float); /* as t */
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < t->n && r == ncclSuccess; i++) {
+        RC(tp_set(t->r[i]));
+        r = g_nccl.MemAlloc(&t->sym_buf[i], bytes);
+    }
+    if (r == ncclSuccess) {
+        r = g_nccl.GroupStart();
+        for (int i = 0; i < t->n && r == ncclSuccess; i++) {
+            RC(tp_set(t->r[i]));
+            r = g_nccl.WindowRegister(t->comm[i], t->sym_buf[i], bytes, &t->win[i], NCCL_WIN_COLL_SYMMETRIC);
+        }
+        const ncclResult_t e = g_nccl.GroupEnd();
+        if (r == ncclSuccess) r = e;
+    }
+    if (r != ncclSuccess) {
+        mu_warn("cuda: NCCL symmetric windows unavailable (%s); all-reduces use plain buffers", g_nccl.GetErrorString(r));
+        for (int i = 0; i < t->n; i++) {
+            cudaSetDevice(t->r[i]->device);
+            if (t->win[i]) g_nccl.WindowDeregister(t->comm[i], t->win[i]);
+            if (t->sym_buf[i]) g_nccl.MemFree(t->sym_buf[i]);
+            t->win[i] = NULL;
+            t->sym_buf[i] = NULL;
+        }
+        return 0;
+    }
+    for (int i = 0; i < t->n; i++) {
+        RC(tp_set(t->r[i]));
+        CU_CHECK(cudaMemset(t->sym_buf[i], 0, bytes));
+        cudaFree(t->r[i]->t);
+        t->r[i]->t = (float *)t->sym_buf[i];
+    }
+    t->symmetric = true;
+    return 0;
+}
+
 static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
     const int n = cfg->gpus;
     int present = 0;
@@ -2069,14 +2139,16 @@ static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **
         ncclResult_t r = g_nccl.CommInitAll(t->comm, n, devs);
         if (r != ncclSuccess) rc = mu_fail(MUSER_EBACKEND, "NCCL: ncclCommInitAll over %d GPUs: %s", n, g_nccl.GetErrorString(r));
     }
+    if (!rc) rc = tp_symmetric(t);
     if (rc) {
         tp_free(&t->base);
         return rc;
     }
     int ver = 0;
     g_nccl.GetVersion(&ver);
-    snprintf(t->desc, sizeof t->desc, "%d x [%.400s], tensor parallel over NCCL %d (%.1f GB of weights per GPU per token)",
-             n, t->r[0]->desc, ver, (double)shards[0].weight_bytes / 1e9);
+    snprintf(t->desc, sizeof t->desc,
+             "%d x [%.400s], tensor parallel over NCCL %d, %s (%.1f GB of weights per GPU per token)", n, t->r[0]->desc,
+             ver, t->symmetric ? "symmetric windows" : "plain buffers", (double)shards[0].weight_bytes / 1e9);
     *out = &t->base;
     return 0;
 }
