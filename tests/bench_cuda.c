@@ -90,30 +90,39 @@ int main(int argc, char **argv) {
     /* blocks/SM (0: all that fit), PDL, graph, prefetch level before the wait,
      * lab flags (parts of the matvec left out: timing only, wrong logits);
      * the default first and last */
-    static const unsigned var[][5] = {{0, 1, 1, 0, 0},
-                                      {0, 1, 1, 0, MU_CU_LAB_EPI_GROUP_QUANT},
-                                      {0, 1, 1, 0, MU_CU_LAB_NO_TAIL_PREFETCH},
-                                      {0, 1, 1, 0, MU_CU_LAB_SKIP_ATTN},
-                                      {0, 1, 1, 0, MU_CU_LAB_NO_TAIL},
-                                      {0, 1, 1, 0, MU_CU_LAB_NO_STAGE},
-                                      {0, 0, 1, 0, 0},
-                                      {0, 1, 1, 0, 0}};
+    /* blocks/SM (0: all that fit), PDL, graph, prefetch level before the wait,
+     * lab flags (parts of the matvec left out: timing only, wrong logits),
+     * one-launch decode attention up to N rows (-1: the session's); the
+     * default first and last */
+    static const int var[][6] = {{0, 1, 1, 0, 0, -1},
+                                 {0, 1, 1, 0, 0, 0},
+                                 {0, 1, 1, 0, 0, 64},
+                                 {0, 1, 1, 0, 0, 512},
+                                 {0, 1, 1, 0, MU_CU_LAB_SKIP_ATTN, -1},
+                                 {0, 1, 1, 0, MU_CU_LAB_NO_TAIL, -1},
+                                 {0, 1, 1, 0, MU_CU_LAB_NO_STAGE, -1},
+                                 {0, 0, 1, 0, 0, -1},
+                                 {0, 1, 1, 0, 0, 0},
+                                 {0, 1, 1, 0, 0, -1}};
+    const int session_short = mu_cuda_attn_short(b);
     printf("\nA/B at depth %lld (median of %d tokens each; rows that leave a part out time the kernels without it, their "
            "logits are wrong):\n"
-           "| matvec blocks/SM | PDL | graph | prefetch level before wait | left out / variant | tok/s | ms/token | weight GB/s |\n"
-           "|---:|---|---|---|---|---:|---:|---:|\n",
+           "| matvec blocks/SM | PDL | graph | prefetch level before wait | left out / variant | one-launch attention "
+           "up to | tok/s | ms/token | weight GB/s |\n"
+           "|---:|---|---|---|---|---:|---:|---:|---:|\n",
            (long long)depth, gen);
     for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++) {
-        mu_cuda_set_options(b, (int)var[vi][2], (int)var[vi][1], -1, (int)var[vi][0]);
-        mu_cu_set_matvec_prefetch((int)var[vi][3]);
-        mu_cu_set_matvec_lab(var[vi][4]);
+        mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
+        mu_cu_set_matvec_prefetch(var[vi][3]);
+        mu_cu_set_matvec_lab((unsigned)var[vi][4]);
+        mu_cuda_set_attn_short(b, var[vi][5] >= 0 ? var[vi][5] : session_short);
         double ms = 0;
         if (time_decode(b, depth, gen, &ms) != 0) {
             fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
             return 1;
         }
         char what[128] = "";
-        const unsigned f = var[vi][4];
+        const unsigned f = (unsigned)var[vi][4];
         if (!f) strcat(what, "-");
         if (f & MU_CU_LAB_NO_GROUP_QUANT) strcat(what, "no int8 groups ");
         if (f & MU_CU_LAB_NO_TAIL) strcat(what, "no tail ");
@@ -121,8 +130,12 @@ int main(int argc, char **argv) {
         if (f & MU_CU_LAB_EPI_GROUP_QUANT) strcat(what, "int8 groups in gate/up ");
         if (f & MU_CU_LAB_SKIP_ATTN) strcat(what, "no qk-post/attention/reduce ");
         if (f & MU_CU_LAB_NO_TAIL_PREFETCH) strcat(what, "no L2 prefetch for the tail ");
-        printf("| %s | %s | %s | %u | %s | %.1f | %.3f | %.0f |\n", var[vi][0] ? "1" : "all", var[vi][1] ? "on" : "off",
-               var[vi][2] ? "on" : "off", var[vi][3], what, 1e3 / ms, ms, gb / (ms * 1e-3));
+        char shortv[32];
+        if (var[vi][5] >= 0) snprintf(shortv, sizeof shortv, "%d", var[vi][5]);
+        else snprintf(shortv, sizeof shortv, "%d (session's)", session_short);
+        printf("| %s | %s | %s | %d | %s | %s | %.1f | %.3f | %.0f |\n", var[vi][0] ? "1" : "all",
+               var[vi][1] ? "on" : "off", var[vi][2] ? "on" : "off", var[vi][3], what, shortv, 1e3 / ms, ms,
+               gb / (ms * 1e-3));
         fflush(stdout);
     }
     mu_cu_set_matvec_lab(0);

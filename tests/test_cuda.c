@@ -649,6 +649,24 @@ static void test_fixture(const char *rel, bool local) {
             free(ours);
         }
     }
+    /* decode attention: one launch for spans up to MUSER_CUDA_ATTN_SHORT rows
+     * (the default above), the three launches always (0), and a session
+     * that crosses from one to the other at 16 rows */
+    const char *shorts[] = {"0", "16"};
+    for (int si = 0; si < 2; si++) {
+        setenv("MUSER_CUDA_ATTN_SHORT", shorts[si], 1);
+        float *ours = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_EXACT, MUSER_KV_F32, false}, V);
+        unsetenv("MUSER_CUDA_ATTN_SHORT");
+        if (!ours) continue;
+        mu_parity r;
+        mu_parity_compare(exact, ours, n, V, &r);
+        printf("  %-28s decode  exact kv f32, one-launch attention up to %s rows: max %.3g rms %.3g\n", rel,
+               shorts[si], r.max_abs, r.rms);
+        CHECKF(r.max_abs <= 5e-4 && r.rms <= 5e-5 && r.top1_decisive == 1.0,
+               "%s decode exact, attention short %s: max %.3g rms %.3g decisive %.4f", rel, shorts[si], r.max_abs,
+               r.rms, r.top1_decisive);
+        free(ours);
+    }
     check_decode_paths(m, tokens, 48, V, rel);
     check_checkpoint(m, tokens, 120, V, rel);
     tl_fixture_free(&fx);

@@ -398,3 +398,197 @@ __global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant_
 extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s) {
     return launch_pdl(attn_reduce_kernel, dim3(a->n_head, a->T), dim3(512), 0, s, *a);
 }
+
+/* ---- decode of a short span in one launch --------------------------------------------------
+ * Block h (128 threads) owns query head h of the single token. Warp 0
+ * normalizes and ropes the query head; warp 1 the group's K head, with its
+ * raw V. The group's first block appends K and V to the planes; every block
+ * keeps them in shared memory and uses them for the token's own row (its
+ * slot), so no block waits for another. The cached rows do not depend on
+ * this step: their first K rows (a thread per row) and V rows (16 per warp)
+ * are loaded right after the wait, in the same round as the projections.
+ * Then the scores, the block's softmax, P V by the four warps (a lane per
+ * 4 dims), and the output divided, gated and quantized as the reducer does.
+ * (The host routes here only steps whose spans are all short.) */
+template <bool KVF32>
+__device__ __forceinline__ float row_dot(const void *plane, int64_t off, const float *qs) {
+    float acc = 0.f;
+    if (KVF32) {
+        const float4 *p = reinterpret_cast<const float4 *>((const float *)plane + off);
+#pragma unroll 8
+        for (int c = 0; c < 32; c++) {
+            const float4 k = __ldg(p + c);
+            acc += qs[4 * c] * k.x + qs[4 * c + 1] * k.y + qs[4 * c + 2] * k.z + qs[4 * c + 3] * k.w;
+        }
+    } else {
+        const uint4 *p = reinterpret_cast<const uint4 *>((const uint16_t *)plane + off);
+        uint4 w[16];
+#pragma unroll
+        for (int c = 0; c < 16; c++) w[c] = __ldg(p + c);
+#pragma unroll
+        for (int c = 0; c < 16; c++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&((const uint32_t *)&w[c])[e]));
+                acc += qs[8 * c + 2 * e] * f.x + qs[8 * c + 2 * e + 1] * f.y;
+            }
+    }
+    return acc;
+}
+
+/* Dims 4 lane .. 4 lane + 3 of a V row: raw (16 bytes f32, 8 f16), then as floats. */
+template <bool KVF32>
+__device__ __forceinline__ uint4 v_raw(const void *plane, int64_t off) {
+    if (KVF32) return __ldg(reinterpret_cast<const uint4 *>((const float *)plane + off));
+    const uint2 w = __ldg(reinterpret_cast<const uint2 *>((const uint16_t *)plane + off));
+    return make_uint4(w.x, w.y, 0u, 0u);
+}
+template <bool KVF32>
+__device__ __forceinline__ float4 v_float(const uint4 w) {
+    if (KVF32) return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z), __uint_as_float(w.w));
+    const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&w.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&w.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+#define AD_VR 16 /* V rows per warp per round */
+template <bool KVF32>
+__global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant__ mu_cu_attn_decode a) {
+    __shared__ float qs[128], ks[128], vs[128], buf[2][128];
+    __shared__ float sc[MU_CU_ATTN_SHORT_MAX];
+    __shared__ float red[33];
+    __shared__ __align__(16) float po[4][128];
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    const mu_cu_qkv_post &qp = a.qp;
+    const int h = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int per_kv = qp.n_head / qp.n_head_kv, g = h / per_kv;
+    const bool writer = h % per_kv == 0;
+    const mu_cu_rec_layer lt = rec_layer(qp.recs, 0, qp.layer);
+    const int64_t n = lt.n_visible, cap = a.at.capacity;
+    if (n < 1 || n > a.short_max) __trap(); /* a route error: fail closed */
+    const int64_t row_elems = (int64_t)qp.n_head_kv * 128, col = (int64_t)g * 128;
+    /* the cached rows' first round (f16 K: a row per thread in registers) */
+    uint4 kw[16];
+    bool k_in_regs = false;
+    if (!KVF32 && tid < n) {
+        const int64_t slot = row_slot(lt, tid, cap);
+        if (slot != lt.slot) {
+            const uint4 *p = reinterpret_cast<const uint4 *>((const uint16_t *)a.at.kc + slot * row_elems + col);
+#pragma unroll
+            for (int c = 0; c < 16; c++) kw[c] = __ldg(p + c);
+            k_in_regs = true;
+        }
+    }
+    uint4 vw[AD_VR];
+#pragma unroll
+    for (int r = 0; r < AD_VR; r++) {
+        const int64_t i = warp * AD_VR + r;
+        vw[r] = make_uint4(0u, 0u, 0u, 0u);
+        if (i < n) {
+            const int64_t slot = row_slot(lt, i, cap);
+            if (slot != lt.slot) vw[r] = v_raw<KVF32>(a.at.vc, slot * row_elems + col + 4 * lane);
+        }
+    }
+    /* the gate, raw (sigmoid below) */
+    const float gv = a.rd.gate ? __ldcg(a.rd.gate + h * 128 + tid) : 0.f;
+    if (warp == 0) {
+        float x[4];
+        float4 v;
+        qkv_post_values(qp, 0, h, buf[0], false, x, v);
+#pragma unroll
+        for (int j = 0; j < 4; j++) qs[4 * lane + j] = x[j] * a.at.scale_log2;
+    } else if (warp == 1) {
+        float x[4];
+        float4 v;
+        qkv_post_values(qp, 0, qp.n_head + g, buf[1], true, x, v);
+        if (writer) qkv_post_store(qp, 0, qp.n_head + g, x, v, true);
+        const float vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* as the planes hold them */
+            ks[4 * lane + j] = KVF32 ? x[j] : f16_to_f32(f32_to_f16(x[j]));
+            vs[4 * lane + j] = KVF32 ? vv[j] : f16_to_f32(f32_to_f16(vv[j]));
+        }
+    }
+    __syncthreads();
+    /* scores, a thread per row */
+    float mx = -INFINITY;
+    for (int64_t i = tid; i < n; i += 128) {
+        const int64_t slot = row_slot(lt, i, cap);
+        float d = 0.f;
+        if (slot == lt.slot) {
+#pragma unroll 8
+            for (int j = 0; j < 128; j++) d += qs[j] * ks[j];
+        } else if (!KVF32 && i == tid && k_in_regs) {
+#pragma unroll
+            for (int c = 0; c < 16; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&((const uint32_t *)&kw[c])[e]));
+                    d += qs[8 * c + 2 * e] * f.x + qs[8 * c + 2 * e + 1] * f.y;
+                }
+        } else {
+            d = row_dot<KVF32>(a.at.kc, slot * row_elems + col, qs);
+        }
+        sc[i] = d;
+        mx = fmaxf(mx, d);
+    }
+    mx = warp_max(mx);
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    const float M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    float ls = 0.f;
+    for (int64_t i = tid; i < n; i += 128) {
+        const float p = exp2f(sc[i] - M);
+        sc[i] = p;
+        ls += p;
+    }
+    const float L = block_sum(ls, red); /* (its barriers also publish sc) */
+    /* P V: rounds of 64 rows, 16 per warp, a lane per 4 dims */
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int64_t r0 = 0; r0 < n; r0 += 4 * AD_VR) {
+        if (r0 > 0) {
+#pragma unroll
+            for (int r = 0; r < AD_VR; r++) {
+                const int64_t i = r0 + warp * AD_VR + r;
+                vw[r] = make_uint4(0u, 0u, 0u, 0u);
+                if (i < n) {
+                    const int64_t slot = row_slot(lt, i, cap);
+                    if (slot != lt.slot) vw[r] = v_raw<KVF32>(a.at.vc, slot * row_elems + col + 4 * lane);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < AD_VR; r++) {
+            const int64_t i = r0 + warp * AD_VR + r;
+            if (i >= n) break;
+            const float p = sc[i];
+            const float4 v = row_slot(lt, i, cap) == lt.slot
+                                 ? make_float4(vs[4 * lane], vs[4 * lane + 1], vs[4 * lane + 2], vs[4 * lane + 3])
+                                 : v_float<KVF32>(vw[r]);
+            acc.x += p * v.x;
+            acc.y += p * v.y;
+            acc.z += p * v.z;
+            acc.w += p * v.w;
+        }
+    }
+    reinterpret_cast<float4 *>(po[warp])[lane] = acc;
+    __syncthreads();
+    const int d = tid;
+    float o = (po[0][d] + po[1][d] + po[2][d] + po[3][d]) * (1.0f / L);
+    if (a.rd.gate) o *= 1.0f / (1.0f + expf(-gv));
+    const int64_t off = h * 128 + d;
+    a.rd.out.x[off] = o;
+    if (a.rd.out.h) a.rd.out.h[off] = f32_to_f16(o);
+    if (a.rd.out.q) {
+        const int64_t blk = off - (d & 31); /* start of this warp's 32-element block */
+        quantize_block_warp(o, a.rd.out.q + blk, a.rd.out.ds + blk / 16 * 2);
+    }
+}
+
+extern "C" cudaError_t mu_cu_attn_decode_launch(const mu_cu_attn_decode *a, cudaStream_t s) {
+    if (a->qp.T != 1 || a->short_max < 1 || a->short_max > MU_CU_ATTN_SHORT_MAX || a->qp.head_dim != 128)
+        return cudaErrorInvalidValue;
+    if (a->qp.kv_f32) return launch_pdl(attn_decode_kernel<true>, dim3(a->qp.n_head), dim3(128), 0, s, *a);
+    return launch_pdl(attn_decode_kernel<false>, dim3(a->qp.n_head), dim3(128), 0, s, *a);
+}

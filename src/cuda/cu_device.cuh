@@ -356,23 +356,23 @@ __device__ __forceinline__ const float *rec_rope(const mu_cu_recs &r, int t, int
            (int64_t)base_index * r.n_rot;
 }
 
-/* QK-norm + RoPE of one head of token t (hh < n_head: query head hh, into
- * qn; else KV head hh - n_head, appended to the K plane, and with_v: its V
- * row too) by one warp; a lane holds 4 dims; buf: 128 floats of the warp's
+/* QK-norm + RoPE of one head of token t (hh < n_head: query head hh; else
+ * KV head hh - n_head, and with_v: its raw V row into v) by one warp; lane
+ * holds dims 4 lane .. 4 lane + 3 in x; buf: 128 floats of the warp's
  * shared memory. Inputs written by other blocks are read through L2. */
-__device__ __forceinline__ void qkv_post_head(const mu_cu_qkv_post &a, int t, int hh, float *buf, bool with_v) {
+__device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, int hh, float *buf, bool with_v,
+                                                float x[4], float4 &v) {
     const int lane = threadIdx.x & 31;
     const bool isq = hh < a.n_head;
     const int head = isq ? hh : hh - a.n_head;
     const float *src = isq ? a.q + (int64_t)t * a.q_stride + head * 128 : a.k + (int64_t)t * a.kv_stride + head * 128;
-    float x[4];
     {
-        const float4 v = __ldcg(reinterpret_cast<const float4 *>(src) + lane);
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        const float4 r = __ldcg(reinterpret_cast<const float4 *>(src) + lane);
+        x[0] = r.x, x[1] = r.y, x[2] = r.z, x[3] = r.w;
     }
     /* V in the same round as the rest (a load after the K stores would wait for them) */
-    const float4 v = (!isq && with_v) ? __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane)
-                                      : make_float4(0.f, 0.f, 0.f, 0.f);
+    v = (!isq && with_v) ? __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane)
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
     const float *nw = isq ? a.q_norm : a.k_norm;
     if (nw) {
         const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);
@@ -414,6 +414,15 @@ __device__ __forceinline__ void qkv_post_head(const mu_cu_qkv_post &a, int t, in
             }
         }
     }
+}
+
+/* Stores what qkv_post_values computed: a query head into qn; a KV head
+ * appended to the K plane (and with_v, V to the V plane) at the token's slot. */
+__device__ __forceinline__ void qkv_post_store(const mu_cu_qkv_post &a, int t, int hh, const float x[4],
+                                               const float4 &v, bool with_v) {
+    const int lane = threadIdx.x & 31;
+    const bool isq = hh < a.n_head;
+    const int head = isq ? hh : hh - a.n_head;
     if (isq) {
         float4 o = make_float4(x[0], x[1], x[2], x[3]);
         reinterpret_cast<float4 *>(a.qn + ((int64_t)t * a.n_head + head) * 128)[lane] = o;
@@ -434,6 +443,14 @@ __device__ __forceinline__ void qkv_post_head(const mu_cu_qkv_post &a, int t, in
         uint16_t *vc = (uint16_t *)a.vc + off;
         vc[0] = f32_to_f16(v.x), vc[1] = f32_to_f16(v.y), vc[2] = f32_to_f16(v.z), vc[3] = f32_to_f16(v.w);
     }
+}
+
+/* Both: one head of token t normalized, roped and stored. */
+__device__ __forceinline__ void qkv_post_head(const mu_cu_qkv_post &a, int t, int hh, float *buf, bool with_v) {
+    float x[4];
+    float4 v;
+    qkv_post_values(a, t, hh, buf, with_v, x, v);
+    qkv_post_store(a, t, hh, x, v, with_v);
 }
 
 /* mu_splitk_owned (kv.c) on the device: whole 32-row blocks per worker. */

@@ -221,6 +221,21 @@ typedef struct mu_cu_reduce {
     mu_cu_recs recs;
 } mu_cu_reduce;
 
+/* Decode (T = 1) of one layer's attention in one launch when its visible
+ * span is short: QK-norm/RoPE/append, attention and the reducer's output
+ * (divided, gated, int8) together, a block per query head, in place of
+ * the three launches. The three structs are theirs (at's split fields and
+ * rd's partials unused). The host routes a step here only when every
+ * layer's span is at most short_max rows; a longer span traps (fails
+ * closed) rather than compute a wrong answer. */
+#define MU_CU_ATTN_SHORT_MAX 512
+typedef struct mu_cu_attn_decode {
+    mu_cu_qkv_post qp;
+    mu_cu_attn at;
+    mu_cu_reduce rd;
+    int short_max;
+} mu_cu_attn_decode;
+
 /* ---- launch wrappers ----------------------------------------------------------------- */
 void mu_cu_set_pdl(bool on);
 bool mu_cu_get_pdl(void);
@@ -277,6 +292,8 @@ cudaError_t mu_cu_qkv_post_launch(const mu_cu_qkv_post *a, cudaStream_t s);
 /* use_mma: tensor-core path (f16 KV, head_dim 128, <= 16 query heads per KV head). */
 cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaStream_t s);
 cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s);
+/* a->short_max in 1 .. MU_CU_ATTN_SHORT_MAX. */
+cudaError_t mu_cu_attn_decode_launch(const mu_cu_attn_decode *a, cudaStream_t s);
 
 /* Fills rows [0, rows) of a KV plane with random values (bench depth). */
 cudaError_t mu_cu_fill_random(void *dst, int64_t n, bool f32, uint64_t seed, float scale, cudaStream_t s);

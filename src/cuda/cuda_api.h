@@ -42,6 +42,11 @@ uint64_t mu_cuda_weight_bytes(const mu_backend *b);
  * attention path, and matvec blocks per SM (0: as many as fit). */
 void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma, int mv_occupancy);
 
+/* Decode attention of spans up to `rows` in one launch (0: the three
+ * launches always); MUSER_CUDA_ATTN_SHORT sets it for a session. */
+void mu_cuda_set_attn_short(mu_backend *b, int rows);
+int mu_cuda_attn_short(const mu_backend *b);
+
 /* Sessions holding a reference to the single-GPU weights of m on device
  * (0: none resident); the sessions of one model share one upload. */
 int mu_cuda_weight_refs(const mu_model *m, int device);

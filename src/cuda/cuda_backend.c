@@ -82,6 +82,8 @@ typedef struct prof_state {
 
 typedef struct cu_weights cu_weights;
 
+enum { ROUTE_SPLIT = 0, ROUTE_SHORT = 1 };
+
 typedef struct cuda_backend {
     mu_backend base;
     const mu_model *m;
@@ -129,9 +131,15 @@ typedef struct cuda_backend {
     float *h_logits;
     void *wtmp;
     size_t wtmp_bytes;
-    /* graph */
-    cudaGraphExec_t graph;
-    bool graph_ready, graph_broken;
+    /* decode attention of spans up to this many rows in one launch
+     * (mu_cu_attn_decode; MUSER_CUDA_ATTN_SHORT, 0: off), and the route of
+     * the step fill_records prepared: ROUTE_SHORT when every layer's span
+     * fits, else ROUTE_SPLIT (QK-norm/RoPE/append, split-K, reducer) */
+    int attn_short;
+    int route;
+    /* graph: one per route */
+    cudaGraphExec_t graph[2];
+    bool graph_ready[2], graph_broken;
     /* tensor parallel: a rank's Wo and down write partial sums, all-reduced
      * between the parts of the step, then the residual/norm tail runs */
     bool tp;
@@ -221,6 +229,10 @@ static int env_int(const char *name, int dflt) {
     if (!e || !*e) return dflt;
     return atoi(e);
 }
+
+/* Decode attention in one launch up to this span (mu_cu_attn_decode). */
+#define MU_CUDA_ATTN_SHORT_DEFAULT 256
+static int attn_short_clamp(int n) { return n <= 0 ? 0 : n > MU_CU_ATTN_SHORT_MAX ? MU_CU_ATTN_SHORT_MAX : n; }
 
 static int dalloc(void **p, size_t bytes, const char *what) {
     *p = NULL;
@@ -542,6 +554,7 @@ static int fill_records(cuda_backend *b, const muser_token *tokens, int T, int p
     if (!backup) return mu_fail(MUSER_ENOMEM, "out of memory");
     memcpy(backup, b->planes, sizeof(mu_kv_plane) * (size_t)L);
     int rc = 0;
+    int64_t widest = 0; /* the widest span of the step */
     for (int l = 0; l < L && !rc; l++) {
         for (int t = 0; t < T; t++) {
             int64_t slot = mu_kv_append(&b->planes[l]);
@@ -571,6 +584,7 @@ static int fill_records(cuda_backend *b, const muser_token *tokens, int T, int p
                 break;
             }
             rl[l].n_visible = (int32_t)d.n_visible;
+            if (d.n_visible > widest) widest = d.n_visible;
             rl[l].phys_first = (int32_t)d.phys_first;
             rl[l].route = d.route == MU_ROUTE_CONTIGUOUS ? MU_CU_ROUTE_CONTIGUOUS : MU_CU_ROUTE_ORIGIN;
         }
@@ -580,6 +594,7 @@ static int fill_records(cuda_backend *b, const muser_token *tokens, int T, int p
     }
     if (rc) memcpy(b->planes, backup, sizeof(mu_kv_plane) * (size_t)L);
     free(backup);
+    b->route = T == 1 && b->attn_short > 0 && widest <= b->attn_short ? ROUTE_SHORT : ROUTE_SPLIT;
     return rc;
 }
 
@@ -652,9 +667,11 @@ static mu_cu_qkv_post qkv_post_of(const cuda_backend *b, int l, int T) {
 /* Split-K attention of T query rows starting at row `row` of b's
  * activations over kv's cache of layer l (kv is b itself, or the session
  * of that row in a batched step), then the merge + gate into o (o16; the
- * int8 copy when quant_out). */
+ * int8 copy when quant_out). fused (decode, b->attn_short > 0): the
+ * QK-norm/RoPE/append of the token, done by mu_cu_attn_decode_launch
+ * with the whole attention of spans up to b->attn_short rows. */
 static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
-                        prof_state *p, bool f16_out, bool quant_out) {
+                        prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused) {
     const mu_hparams *hp = &b->m->hp;
     const int64_t off = row * b->Q;
     mu_cu_attn a;
@@ -675,8 +692,6 @@ static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, i
     a.part_l = b->part_l;
     a.part_o = b->part_o;
     a.recs = recs;
-    RC(prof_mark(b, p, PF_ATTN));
-    CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
 
     mu_cu_reduce r;
     memset(&r, 0, sizeof r);
@@ -696,6 +711,18 @@ static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, i
     r.out.h = f16_out ? b->o16 + off : NULL;
     r.out_stride = b->Q;
     r.recs = recs;
+    if (fused) { /* the whole short span in one launch */
+        mu_cu_attn_decode d;
+        d.qp = *fused;
+        d.at = a;
+        d.rd = r;
+        d.short_max = b->attn_short;
+        RC(prof_mark(b, p, PF_ATTN));
+        CU_CHECK(mu_cu_attn_decode_launch(&d, b->stream));
+        return 0;
+    }
+    RC(prof_mark(b, p, PF_ATTN));
+    CU_CHECK(mu_cu_attention(&a, b->use_mma && !b->kv_f32, b->stream));
     RC(prof_mark(b, p, PF_REDUCE));
     CU_CHECK(mu_cu_attn_reduce(&r, b->stream));
     return 0;
@@ -703,7 +730,7 @@ static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, i
 
 static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out) {
     return attention_at(b, b, l, T, 0, recs_of(b), T == 1 ? b->split_dec : b->split_pre, p, f16_out,
-                        T == 1 && b->fast);
+                        T == 1 && b->fast, NULL);
 }
 
 static void mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act) {
@@ -762,7 +789,10 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     /* (fusing this into the matvec's epilogue was measured 2.5% slower:
      * a fence and an atomic per q/k row) */
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
-    if (!(mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN)) { /* (timing experiments leave these out) */
+    if (mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN) { /* (timing experiments leave these out) */
+    } else if (b->route == ROUTE_SHORT) {
+        RC(attention_at(b, b, l, 1, 0, recs_of(b), b->split_dec, p, false, b->fast, &qp));
+    } else {
         RC(prof_mark(b, p, PF_QKPOST));
         CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
         RC(run_attention(b, l, 1, p, false));
@@ -914,14 +944,15 @@ static int run_decode(cuda_backend *b) {
         b->prof->n = 0;
         return enqueue_decode(b, b->prof);
     }
+    const int r = b->route;
     if (b->use_graph && !b->graph_broken) {
-        if (!b->graph_ready) {
+        if (!b->graph_ready[r]) {
             cudaGraph_t graph = NULL;
             int rc = 0;
             CU_CHECK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
             rc = enqueue_decode(b, NULL);
             cudaError_t e = cudaStreamEndCapture(b->stream, &graph);
-            if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&b->graph, graph, 0);
+            if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&b->graph[r], graph, 0);
             if (graph) cudaGraphDestroy(graph);
             if (rc || e != cudaSuccess) {
                 mu_warn("cuda: capturing the token step as a graph failed (%s); launching op by op",
@@ -929,11 +960,11 @@ static int run_decode(cuda_backend *b) {
                 (void)cudaGetLastError();
                 b->graph_broken = true;
             } else {
-                b->graph_ready = true;
+                b->graph_ready[r] = true;
             }
         }
-        if (b->graph_ready) {
-            CU_CHECK(cudaGraphLaunch(b->graph, b->stream));
+        if (b->graph_ready[r]) {
+            CU_CHECK(cudaGraphLaunch(b->graph[r], b->stream));
             return 0;
         }
     }
@@ -1074,7 +1105,7 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
     qp.vc = kv->vc[l];
     qp.recs = recs;
     CU_CHECK(mu_cu_qkv_post_launch(&qp, b->stream));
-    return attention_at(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false);
+    return attention_at(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false, NULL);
 }
 
 /* The batched step; logits of row i in row i of logits_all. */
@@ -1221,7 +1252,8 @@ static void cuda_free(mu_backend *base) {
     cuda_backend *b = (cuda_backend *)base;
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
-    if (b->graph) cudaGraphExecDestroy(b->graph);
+    for (int r = 0; r < 2; r++)
+        if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
     if (b->wsh) { /* the weights go with their last session */
         weights_release(b->wsh);
         b->wsh = NULL;
@@ -1369,6 +1401,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     mu_cu_set_pdl(b->use_pdl);
     b->mv_occupancy = env_int("MUSER_CUDA_MV_OCCUPANCY", 0);
     mu_cu_set_matvec_occupancy(b->mv_occupancy);
+    b->attn_short = attn_short_clamp(env_int("MUSER_CUDA_ATTN_SHORT", MU_CUDA_ATTN_SHORT_DEFAULT));
     b->T_max = cfg->n_batch;
     b->E = hp->n_embd;
     b->Q = (int64_t)hp->n_head * hp->head_dim;
@@ -1541,11 +1574,12 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     }
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s, weights %s",
+             "prefill cache %s, weights %s, one-launch decode attention up to %d rows",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
-             b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions");
+             b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions",
+             b->attn_short);
     *out = b;
     return 0;
 }
@@ -1586,11 +1620,21 @@ void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_m
         mu_cu_set_matvec_occupancy(mv_occupancy);
     }
     /* a new capture picks up the options */
-    if (b->graph) cudaGraphExecDestroy(b->graph);
-    b->graph = NULL;
-    b->graph_ready = false;
+    for (int r = 0; r < 2; r++) {
+        if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
+        b->graph[r] = NULL;
+        b->graph_ready[r] = false;
+    }
     b->graph_broken = false;
 }
+
+void mu_cuda_set_attn_short(mu_backend *base, int rows) {
+    cuda_backend *b = (cuda_backend *)base;
+    b->attn_short = attn_short_clamp(rows);
+    mu_cuda_set_options(base, -1, -1, -1, -1); /* recapture */
+}
+
+int mu_cuda_attn_short(const mu_backend *base) { return ((const cuda_backend *)base)->attn_short; }
 
 /* ---- benchmark support ---------------------------------------------------------------------- */
 
@@ -1785,8 +1829,8 @@ typedef struct tp_backend {
     void *sym_buf[MU_TP_MAX_RANKS];
     ncclWindow_t win[MU_TP_MAX_RANKS];
     bool symmetric;
-    cudaGraphExec_t graph[MU_TP_MAX_RANKS];
-    bool use_graph, graph_ready, graph_broken, prof_on;
+    cudaGraphExec_t graph[2][MU_TP_MAX_RANKS]; /* per route (the ranks' steps share it) */
+    bool use_graph, graph_ready[2], graph_broken, prof_on;
     bool skip_reduce; /* MUSER_TP_SKIP_ALLREDUCE=1: timing lab only, wrong logits */
     char desc[640];
     char membw_what[256];
@@ -1859,7 +1903,8 @@ static int tp_enqueue(tp_backend *t) {
     return 0;
 }
 
-static int tp_capture(tp_backend *t) {
+static int tp_capture(tp_backend *t, int route) {
+    cudaGraphExec_t *graph = t->graph[route];
     int rc = 0;
     int begun = 0;
     for (int i = 0; i < t->n && !rc; i++) {
@@ -1873,7 +1918,7 @@ static int tp_capture(tp_backend *t) {
         cudaGraph_t g = NULL;
         cudaSetDevice(t->r[i]->device);
         cudaError_t ei = cudaStreamEndCapture(t->r[i]->stream, &g);
-        if (ei == cudaSuccess && !rc && e == cudaSuccess) ei = cudaGraphInstantiate(&t->graph[i], g, 0);
+        if (ei == cudaSuccess && !rc && e == cudaSuccess) ei = cudaGraphInstantiate(&graph[i], g, 0);
         if (ei != cudaSuccess && e == cudaSuccess) e = ei;
         if (g) cudaGraphDestroy(g);
     }
@@ -1882,11 +1927,11 @@ static int tp_capture(tp_backend *t) {
                 rc ? muser_last_error() : cudaGetErrorString(e));
         (void)cudaGetLastError();
         for (int i = 0; i < t->n; i++)
-            if (t->graph[i]) cudaGraphExecDestroy(t->graph[i]), t->graph[i] = NULL;
+            if (graph[i]) cudaGraphExecDestroy(graph[i]), graph[i] = NULL;
         t->graph_broken = true;
         return 0;
     }
-    t->graph_ready = true;
+    t->graph_ready[route] = true;
     return 0;
 }
 
@@ -1897,11 +1942,12 @@ static int tp_step(tp_backend *t, muser_token token, int pos, float temperature,
         RC(fill_records(t->r[i], &token, 1, pos, temperature, seed));
         if (t->prof_on) t->r[i]->prof->n = 0;
     }
-    if (t->use_graph && !t->prof_on && !t->graph_broken && !t->graph_ready) RC(tp_capture(t));
-    if (t->use_graph && !t->prof_on && t->graph_ready) {
+    const int route = t->r[0]->route; /* the ranks see the same spans */
+    if (t->use_graph && !t->prof_on && !t->graph_broken && !t->graph_ready[route]) RC(tp_capture(t, route));
+    if (t->use_graph && !t->prof_on && t->graph_ready[route]) {
         for (int i = 0; i < t->n; i++) {
             RC(tp_set(t->r[i]));
-            CU_CHECK(cudaGraphLaunch(t->graph[i], t->r[i]->stream));
+            CU_CHECK(cudaGraphLaunch(t->graph[route][i], t->r[i]->stream));
         }
     } else {
         RC(tp_enqueue(t));
@@ -1993,7 +2039,8 @@ static void tp_free(mu_backend *base) {
     for (int i = 0; i < t->n; i++) {
         if (!t->r[i]) continue;
         cudaSetDevice(t->r[i]->device);
-        if (t->graph[i]) cudaGraphExecDestroy(t->graph[i]);
+        for (int r = 0; r < 2; r++)
+            if (t->graph[r][i]) cudaGraphExecDestroy(t->graph[r][i]);
         if (t->sym_buf[i]) {
             cudaStreamSynchronize(t->r[i]->stream);
             if (t->win[i]) g_nccl.WindowDeregister(t->comm[i], t->win[i]);
