@@ -67,9 +67,16 @@ typedef struct cu_layer {
 } cu_layer;
 
 enum { PF_EMBED, PF_QKVG, PF_QKPOST, PF_ATTN, PF_REDUCE, PF_WO, PF_GATEUP, PF_DOWN, PF_HEAD, PF_ALLREDUCE, PF_COUNT };
-static const char *pf_names[PF_COUNT] = {"embed+norm", "qkv+gate matvec", "qk-norm+rope+kv", "attention split-K",
-                                         "attn reduce+gate", "wo (+resnorm tail)", "ffn gate/up+swiglu",
-                                         "ffn down (+resnorm tail)", "lm head+select", "all-reduce+resnorm (TP)"};
+static const char *pf_names[PF_COUNT] = {"embed+norm",
+                                         "qkv+gate matvec",
+                                         "qk-norm+rope+kv",
+                                         "attention (split-K; short spans: all in one)",
+                                         "attn reduce+gate",
+                                         "wo (+resnorm tail)",
+                                         "ffn gate/up+swiglu",
+                                         "ffn down (+resnorm tail)",
+                                         "lm head+select",
+                                         "all-reduce+resnorm (TP)"};
 
 /* Event marks between op families of one decode step (profiling). */
 #define PROF_MAX_EV (4 + 12 * 1024)
