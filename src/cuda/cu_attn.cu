@@ -164,7 +164,7 @@ __device__ __forceinline__ int qk_dim(int s, int q, int e) { return 8 * q + 32 *
 
 __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ mu_cu_attn a) {
     __shared__ float so[4][16][128];
-    __shared__ float sm[4][16], sl[4][16];
+    __shared__ float sm[4][16], sl[4][16], sf[4][16];
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
@@ -313,26 +313,32 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
         sl[warp][gq + 8] = l1;
     }
     __syncthreads();
+    /* the merge weights once per head (thread h), not by every thread */
     const int d = threadIdx.x;
     const int64_t pbase = ((int64_t)t * a.n_head + h0) * a.split_cap + s;
-    for (int h = 0; h < per_kv; h++) {
+    if (d < per_kv) {
+        const int h = d;
         float M = -INFINITY;
 #pragma unroll
         for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w][h]);
-        float L = 0.f, O = 0.f;
+        float L = 0.f;
 #pragma unroll
         for (int w = 0; w < 4; w++) {
-            if (sm[w][h] == -INFINITY) continue;
-            const float f = exp2f(sm[w][h] - M);
+            const float f = sm[w][h] == -INFINITY ? 0.f : exp2f(sm[w][h] - M);
             L += f * sl[w][h];
-            O += f * so[w][h][d];
+            sf[w][h] = f;
         }
         const int64_t p = pbase + (int64_t)h * a.split_cap;
-        a.part_o[p * 128 + d] = O;
-        if (d == 0) {
-            a.part_m[p] = M;
-            a.part_l[p] = L;
-        }
+        a.part_m[p] = M;
+        a.part_l[p] = L;
+    }
+    __syncthreads();
+    for (int h = 0; h < per_kv; h++) {
+        float O = 0.f;
+#pragma unroll
+        for (int w = 0; w < 4; w++)
+            if (sf[w][h] != 0.f) O += sf[w][h] * so[w][h][d];
+        a.part_o[(pbase + (int64_t)h * a.split_cap) * 128 + d] = O;
     }
 }
 
