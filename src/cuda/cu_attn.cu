@@ -416,6 +416,19 @@ extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s) 
  * Then the scores, the block's softmax, P V by the four warps (a lane per
  * 4 dims), and the output divided, gated and quantized as the reducer does.
  * (The host routes here only steps whose spans are all short.) */
+/* q . k for an f16 K row held as 16 x 16 bytes. */
+__device__ __forceinline__ float dot_f16_row(const uint4 (&w)[16], const float *qs) {
+    float acc = 0.f;
+#pragma unroll
+    for (int c = 0; c < 16; c++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&((const uint32_t *)&w[c])[e]));
+            acc += qs[8 * c + 2 * e] * f.x + qs[8 * c + 2 * e + 1] * f.y;
+        }
+    return acc;
+}
+
 template <bool KVF32>
 __device__ __forceinline__ float row_dot(const void *plane, int64_t off, const float *qs) {
     float acc = 0.f;
@@ -431,13 +444,7 @@ __device__ __forceinline__ float row_dot(const void *plane, int64_t off, const f
         uint4 w[16];
 #pragma unroll
         for (int c = 0; c < 16; c++) w[c] = __ldg(p + c);
-#pragma unroll
-        for (int c = 0; c < 16; c++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&((const uint32_t *)&w[c])[e]));
-                acc += qs[8 * c + 2 * e] * f.x + qs[8 * c + 2 * e + 1] * f.y;
-            }
+        acc = dot_f16_row(w, qs);
     }
     return acc;
 }
@@ -526,13 +533,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
 #pragma unroll 8
             for (int j = 0; j < 128; j++) d += qs[j] * ks[j];
         } else if (!KVF32 && i == tid && k_in_regs) {
-#pragma unroll
-            for (int c = 0; c < 16; c++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&((const uint32_t *)&kw[c])[e]));
-                    d += qs[8 * c + 2 * e] * f.x + qs[8 * c + 2 * e + 1] * f.y;
-                }
+            d = dot_f16_row(kw, qs);
         } else {
             d = row_dot<KVF32>(a.at.kc, slot * row_elems + col, qs);
         }

@@ -1018,6 +1018,17 @@ static int gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float
     return 0;
 }
 
+/* logits_all holds at least T rows (grown, never shrunk). */
+static int logit_rows_reserve(cuda_backend *b, int T) {
+    if (b->logit_rows >= T) return 0;
+    if (b->logits_all) cudaFree(b->logits_all);
+    b->logits_all = NULL;
+    b->logit_rows = 0;
+    RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
+    b->logit_rows = T;
+    return 0;
+}
+
 /* A prefill chunk (T > 1) in the decode step's parts: part 0 = embedding
  * and layer 0 up to Wo; part 2l+1 = the tail after Wo, then layer l's FFN;
  * part 2l+2 = the tail after down, then layer l+1 up to Wo, or the LM head
@@ -1050,13 +1061,7 @@ static int enqueue_prefill_part(cuda_backend *b, int part, int T, bool all_logit
     }
     if (part == 2 * L) { /* the LM head */
         if (!all_logits) return run_head_matvec(b, T - 1, NULL);
-        if (b->logit_rows < T) {
-            if (b->logits_all) cudaFree(b->logits_all);
-            b->logits_all = NULL;
-            b->logit_rows = 0;
-            RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
-            b->logit_rows = T;
-        }
+        RC(logit_rows_reserve(b, T));
         RC(gemm_all(b, &b->output, A, b->logits_all, b->V, T));
         CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
         return 0;
@@ -1142,13 +1147,7 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
         CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, D->post_ffn_norm, next, f), T, s));
     }
-    if (b->logit_rows < T) {
-        if (b->logits_all) cudaFree(b->logits_all);
-        b->logits_all = NULL;
-        b->logit_rows = 0;
-        RC(dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
-        b->logit_rows = T;
-    }
+    RC(logit_rows_reserve(b, T));
     RC(mm_all(b, mv, &b->output, A, b->logits_all, b->V, T));
     CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
     return 0;
