@@ -48,6 +48,19 @@ void tl_fixture_free(tl_fixture *fx) {
     memset(fx, 0, sizeof *fx);
 }
 
+int tl_batch_step(muser_session **batch, muser_session **single, int n, int V, uint64_t *rng, int32_t *tokens,
+                  int step) {
+    for (int i = 0; i < n; i++) tokens[i] = (muser_token)(tl_rand_u64(rng) % (uint64_t)V);
+    const int rc = muser_batch_decode(batch, tokens, n);
+    CHECKF(rc == 0, "step %d: %s", step, muser_last_error());
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        CHECK(muser_session_feed(single[i], &tokens[i], 1, false) == 0);
+        CHECK(muser_session_pos(batch[i]) == muser_session_pos(single[i]));
+    }
+    return 0;
+}
+
 float *tl_run_logits(muser_session *s, const int *tokens, int n, int V, bool prefill) {
     float *out = malloc(sizeof(float) * (size_t)n * V);
     if (!out) return NULL;

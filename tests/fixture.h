@@ -27,4 +27,11 @@ void tl_fixture_free(tl_fixture *fx);
 typedef struct muser_session muser_session;
 float *tl_run_logits(muser_session *s, const int *tokens, int n, int V, bool prefill);
 
+/* One step of the batch-vs-one-by-one tests: n random tokens (into
+ * tokens[n]) decoded as one batched step of `batch`, then fed one by one to
+ * the twins in `single`, whose positions must agree. Returns the batched
+ * step's status (CHECK-failed when not 0). */
+int tl_batch_step(muser_session **batch, muser_session **single, int n, int V, uint64_t *rng, int32_t *tokens,
+                  int step);
+
 #endif

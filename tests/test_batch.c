@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "muser.h"
+#include "fixture.h"
 #include "testlib.h"
 #include "tinymodel.h"
 
@@ -79,13 +80,8 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv
     int top1_diff = 0;
     for (int step = 0; step < STEPS; step++) {
         muser_token tokens[MAX_ROWS];
-        for (int i = 0; i < n; i++) tokens[i] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
-        int rc = muser_batch_decode(batch, tokens, n);
-        CHECKF(rc == 0, "step %d: %s", step, muser_last_error());
-        if (rc) break;
+        if (tl_batch_step(batch, single, n, V, &rng, tokens, step) != 0) break;
         for (int i = 0; i < n; i++) {
-            CHECK(muser_session_feed(single[i], &tokens[i], 1, false) == 0);
-            CHECK(muser_session_pos(batch[i]) == muser_session_pos(single[i]));
             CHECK(muser_session_tokens(batch[i])[muser_session_pos(batch[i]) - 1] == tokens[i]);
             const float *a = muser_session_logits(batch[i]), *b = muser_session_logits(single[i]);
             int top_a = 0, top_b = 0;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixture.h"
 #include "muser.h"
 #include "testlib.h"
 
@@ -127,13 +128,8 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     bool finite = true;
     for (int step = 0; step < STEPS; step++) {
         muser_token tokens[MAX_ROWS];
-        for (int i = 0; i < n; i++) tokens[i] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
-        int rc = muser_batch_decode(batch, tokens, n);
-        CHECKF(rc == 0, "step %d: %s", step, muser_last_error());
-        if (rc) break;
+        if (tl_batch_step(batch, single, n, V, &rng, tokens, step) != 0) break;
         for (int i = 0; i < n; i++) {
-            CHECK(muser_session_feed(single[i], &tokens[i], 1, false) == 0);
-            CHECK(muser_session_pos(batch[i]) == muser_session_pos(single[i]));
             const float *a = muser_session_logits(batch[i]), *b = muser_session_logits(single[i]);
             for (int v = 0; v < V && finite; v++) finite = isfinite(a[v]);
             worst = fmax(worst, max_diff(a, b, V));

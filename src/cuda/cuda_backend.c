@@ -796,10 +796,10 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     /* (fusing this into the matvec's epilogue was measured 2.5% slower:
      * a fence and an atomic per q/k row) */
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
-    if (mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN) { /* (timing experiments leave these out) */
-    } else if (b->route == ROUTE_SHORT) {
+    const bool skip = mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN; /* (timing experiments leave these out) */
+    if (!skip && b->route == ROUTE_SHORT) {
         RC(attention_at(b, b, l, 1, 0, recs_of(b), b->split_dec, p, false, b->fast, &qp));
-    } else {
+    } else if (!skip) {
         RC(prof_mark(b, p, PF_QKPOST));
         CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
         RC(run_attention(b, l, 1, p, false));

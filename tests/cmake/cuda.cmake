@@ -2,7 +2,7 @@
 # Exits 77 (skipped) on machines without a GPU or builds without nvcc.
 muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c)
 # Weight sharing between sessions and batched decode against one-by-one.
-muser_c_test(cuda_batch LABELS cuda TIMEOUT 600)
+muser_c_test(cuda_batch LABELS cuda TIMEOUT 600 SOURCES tests/fixture.c)
 if(MUSER_HAVE_CUDA)
   # The A/B lab (launch and kernel variants in one run); the benchmark
   # proper is `muser bench --backend cuda`.
