@@ -3,7 +3,9 @@
  * compared in the same run (run-to-run drift on a shared machine is of the
  * size of the effects). The benchmark proper is `muser bench --backend cuda`.
  *
- *   bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N]
+ *   bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick]
+ *
+ * --quick times the default and unpacked short K-quant rows only, twice.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,19 +54,21 @@ int main(int argc, char **argv) {
     muser_lane lane = MUSER_LANE_FAST;
     int gen = 32;
     int64_t depth = 0;
+    bool quick = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-m") && v) model_path = v, i++;
         else if (!strcmp(a, "--lane") && v) lane = !strcmp(v, "exact") ? MUSER_LANE_EXACT : MUSER_LANE_FAST, i++;
         else if (!strcmp(a, "--depth") && v) depth = atoll(v), i++;
         else if (!strcmp(a, "--gen") && v) gen = atoi(v), i++;
+        else if (!strcmp(a, "--quick")) quick = true;
         else {
-            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N]\n");
+            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick]\n");
             return 2;
         }
     }
     if (!model_path || gen < 1) {
-        fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N]\n");
+        fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick]\n");
         return 2;
     }
     muser_model *m = NULL;
@@ -102,6 +106,7 @@ int main(int argc, char **argv) {
                                  {0, 1, 1, 0, MU_CU_LAB_NO_TAIL, -1},
                                  {0, 1, 1, 0, MU_CU_LAB_NO_STAGE, -1},
                                  {0, 0, 1, 0, 0, -1},
+                                 {0, 1, 1, 0, MU_CU_LAB_NO_PACK, -1},
                                  {0, 1, 1, 0, 0, 0},
                                  {0, 1, 1, 0, 0, -1}};
     const int session_short = mu_cuda_attn_short(b);
@@ -111,7 +116,11 @@ int main(int argc, char **argv) {
            "up to | tok/s | ms/token | weight GB/s |\n"
            "|---:|---|---|---|---|---:|---:|---:|---:|\n",
            (long long)depth, gen);
-    for (size_t vi = 0; vi < sizeof var / sizeof var[0]; vi++) {
+    /* quick: the default and unpacked short rows, twice, alternating */
+    const size_t n_all = sizeof var / sizeof var[0], quick_order[] = {0, n_all - 3, 0, n_all - 3};
+    const size_t n_var = quick ? 4 : n_all;
+    for (size_t qi = 0; qi < n_var; qi++) {
+        const size_t vi = quick ? quick_order[qi] : qi;
         mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
         mu_cu_set_matvec_prefetch(var[vi][3]);
         mu_cu_set_matvec_lab((unsigned)var[vi][4]);
@@ -130,6 +139,7 @@ int main(int argc, char **argv) {
         if (f & MU_CU_LAB_EPI_GROUP_QUANT) strcat(what, "int8 groups in gate/up ");
         if (f & MU_CU_LAB_SKIP_ATTN) strcat(what, "no qk-post/attention/reduce ");
         if (f & MU_CU_LAB_NO_TAIL_PREFETCH) strcat(what, "no L2 prefetch for the tail ");
+        if (f & MU_CU_LAB_NO_PACK) strcat(what, "short K-quant rows not packed ");
         char shortv[32];
         if (var[vi][5] >= 0) snprintf(shortv, sizeof shortv, "%d", var[vi][5]);
         else snprintf(shortv, sizeof shortv, "%d (session's)", session_short);

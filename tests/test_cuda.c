@@ -103,7 +103,7 @@ static void test_matvec(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         for (int ci = 0; ci < 4; ci++) {
             const uint32_t type = all_types[ti];
-            const int64_t cols = cols_list[ci], rows = 37;
+            const int64_t cols = cols_list[ci], rows = 77;
             void *w = rand_weight(type, rows, cols);
             float *x = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * rows);
             int8_t *xq = malloc((size_t)cols);
@@ -685,18 +685,23 @@ int main(void) {
         tl_skip(why);
     }
     printf("kernels against CPU references:\n");
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 3; variant++) {
         /* the matvec family with a grid as large as the rows need, then with
-         * 2 blocks (32 warps) so each warp streams many rows back to back */
-        const int cap = variant == 1 ? 2 : 0;
+         * one block (16 or 32 warps) so each warp streams several rows back
+         * to back, then with short K-quant rows one per batch instead of
+         * packed (16 / blocks of them per batch) */
+        const int cap = variant == 1 ? 1 : 0;
         mu_cu_set_matvec_grid_cap(cap);
-        printf(" matvec grid %s:\n", cap ? "capped at 2 blocks" : "uncapped");
+        mu_cu_set_matvec_lab(variant == 2 ? MU_CU_LAB_NO_PACK : 0);
+        printf(" matvec grid %s%s:\n", cap ? "capped at 1 block" : "uncapped",
+               variant == 2 ? ", short K-quant rows not packed" : "");
         test_matvec();
         test_gateup();
         test_resnorm();
         test_logits();
     }
     mu_cu_set_matvec_grid_cap(0);
+    mu_cu_set_matvec_lab(0);
     test_dequant();
     test_embed();
     test_qkv_post();

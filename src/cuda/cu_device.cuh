@@ -53,6 +53,9 @@ __device__ __forceinline__ void prefetch_l2_range(const void *p, uint64_t bytes)
 /* Brings the line holding p toward the SM (no register; a hint). */
 __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
+/* silu(g) * u: the FFN's product, the same bits wherever it is formed */
+__device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(MU_FULL, v, o);

@@ -529,7 +529,10 @@ __device__ __forceinline__ void kq_stage(const mu_cu_act &a, int64_t cols, uint8
             *reinterpret_cast<uint4 *>(sm + KQ_XQ * (i >> 4) + 16 * (i & 15)) =
                 __ldcg(reinterpret_cast<const uint4 *>(a.q) + i);
     }
-    for (int i = threadIdx.x; i < nb * 2; i += blockDim.x) {
+    /* the records from the top thread down: without quantizing, threads of
+     * the int8 copy above rarely also build records, so both rounds of
+     * loads fly at once */
+    for (int i = (int)(blockDim.x - 1 - threadIdx.x); i < nb * 2; i += blockDim.x) {
         const int b = i >> 1, c0 = i & 1;
         float2 ds[8];
 #pragma unroll
@@ -571,6 +574,7 @@ __device__ __forceinline__ void kq_act_load(const uint8_t *sm, int nb, int b, in
 template <uint32_t TYPE>
 struct PolKQ {
     static constexpr int PER_BATCH = 16; /* blocks */
+    static constexpr bool PACKS = false; /* PolKQP: short row-dots share a batch */
     struct Regs {
         KqLane<uint4> L;
         int b;
@@ -586,9 +590,14 @@ struct PolKQ {
     }
     /* blocks [i0, i1) of the row: lane pair (l >> 1) takes block i0 + (l >> 1) */
     __device__ static void load(Regs &R, const mu_cu_weight &w, int64_t row, int i0, int i1) {
-        R.b = i0 + ((threadIdx.x & 31) >> 1);
-        R.on = R.b < i1;
-        if (!R.on) return;
+        const int b = i0 + ((threadIdx.x & 31) >> 1);
+        load_at(R, w, row, b, b < i1);
+    }
+    /* block b of the row, this lane's half of it (off: nothing) */
+    __device__ static void load_at(Regs &R, const mu_cu_weight &w, int64_t row, int b, bool on) {
+        R.b = b;
+        R.on = on;
+        if (!on) return;
         if (TYPE) {
             load_t<TYPE>(R, w, row);
             return;
@@ -631,10 +640,18 @@ struct PolKQ {
     }
 };
 
+/* The same with short row-dots packed into batches (mu_cu_mv.pack > 1:
+ * STORE and RESNORM launches only). */
+template <uint32_t TYPE>
+struct PolKQP : PolKQ<TYPE> {
+    static constexpr bool PACKS = true;
+};
+
 /* Unit formats: lane l takes units i0 + 32k + l (k < MV_NB) of the row. */
 template <class TT>
 struct PolUnit {
     static constexpr int PER_BATCH = 32 * MV_NB; /* units */
+    static constexpr bool PACKS = false;
     struct Regs {
         uint4 v[MV_NB];
         int u0;
@@ -752,6 +769,14 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
     const int n_items = P::items(a.seg[0].w); /* every segment reads the same input */
     const int parts = a.parts > 1 ? a.parts : 1, plen = n_items / parts;
     const int64_t jobs = EPI == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * parts;
+    /* row-dot r of the launch (r < jobs) -> (segment, row, part) */
+    auto locate_id = [&](int64_t r, int &seg, int64_t &row, int &part) {
+        part = (int)(r / a.rows_total);
+        r -= (int64_t)part * a.rows_total;
+        seg = 0;
+        while (r >= a.seg[seg].w.rows) r -= a.seg[seg].w.rows, seg++;
+        row = r;
+    };
     /* row-dot k of this warp -> (segment, row, part); false past the end */
     auto locate = [&](int64_t k, int &seg, int64_t &row, int &part) -> bool {
         if (EPI == MU_CU_EPI_GATEUP) {
@@ -760,23 +785,41 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
             part = 0;
             return row < jobs;
         }
-        int64_t r = gw + k * W;
+        const int64_t r = gw + k * W;
         if (r >= jobs) return false;
-        part = (int)(r / a.rows_total);
-        r -= (int64_t)part * a.rows_total;
-        seg = 0;
-        while (r >= a.seg[seg].w.rows) r -= a.seg[seg].w.rows, seg++;
-        row = r;
+        locate_id(r, seg, row, part);
         return true;
     };
 
+    /* Packed launches (a.pack > 1: row-dots of plen = 16 / pack blocks, stored
+     * as they are): a batch holds pack whole row-dots, lane pair p takes
+     * block p % plen of row-dot pack * j + p / plen of the warp's job j, so
+     * short rows (a tensor-parallel rank's Wo: 8 blocks) fill the warp. */
+    constexpr bool PACKED = P::PACKS && (EPI == MU_CU_EPI_STORE || EPI == MU_CU_EPI_RESNORM);
+    const int pack = PACKED ? a.pack : 1;
+    const int psub = PACKED ? (lane >> 1) / plen : 0, pblk = (lane >> 1) - psub * plen;
     int cs = 0, cp = 0;
     int64_t cr = 0, ck = 0;
-    bool have = locate(0, cs, cr, cp);
-    int ci0 = cp * plen, cend = ci0 + plen;
+    bool have;
     typename P::Regs R;
-    if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
-    if (a.prefetch >= 1 && lane == 0) {
+    /* packed job k of this warp: this lane's block loaded; false past the end */
+    auto load_packed = [&](int64_t k) -> bool {
+        const int64_t j = gw + k * W, r = j * pack + psub;
+        const bool on = r < jobs;
+        cs = 0, cr = 0, cp = 0;
+        if (on) locate_id(r, cs, cr, cp);
+        if constexpr (PACKED) P::load_at(R, a.seg[cs].w, cr, cp * plen + pblk, on);
+        return j * pack < jobs;
+    };
+    int ci0 = 0, cend = 0;
+    if constexpr (PACKED) {
+        have = load_packed(0);
+    } else {
+        have = locate(0, cs, cr, cp);
+        ci0 = cp * plen, cend = ci0 + plen;
+        if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
+    }
+    if (a.prefetch >= 1 && lane == 0 && !PACKED) {
         /* the next two row-dots into L2 while the previous kernel drains */
         for (int64_t k = 1; k <= 2; k++) {
             int ps, pp;
@@ -802,7 +845,18 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
 
     float acc = 0.f, gate = 0.f;
     unsigned long long best = 0ull;
-    while (have) {
+    if constexpr (PACKED) {
+        while (have) {
+            float v = LANE == MU_CU_LANE_FAST ? P::dot_fast(R, a.seg[cs].w, cr, a.act, mv_smem)
+                                              : P::dot_exact(R, a.seg[cs].w, cr, a.act);
+            const bool on = R.on;
+            float *y = a.seg[cs].y + cr + (int64_t)cp * a.seg[cs].w.rows;
+            have = load_packed(++ck); /* the next loads fly during the sums */
+            for (int o = 1; o < 2 * plen; o <<= 1) v += __shfl_xor_sync(MU_FULL, v, o);
+            if (on && (lane & (2 * plen - 1)) == 0) *y = v;
+        }
+    }
+    while (!PACKED && have) {
         const int ci1 = min(ci0 + P::PER_BATCH, cend);
         acc += LANE == MU_CU_LANE_FAST ? P::dot_fast(R, a.seg[cs].w, cr, a.act, mv_smem)
                                        : P::dot_exact(R, a.seg[cs].w, cr, a.act);
@@ -818,7 +872,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
             if (cs == 0) {
                 gate = y;
             } else {
-                const float prod = gate / (1.0f + expf(-gate)) * y;
+                const float prod = swiglu1(gate, y);
                 unsigned prev = 0;
                 if (lane == 0) {
                     a.gu.x[cr] = prod;
@@ -984,6 +1038,18 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
     return launch_pdl(mv_kernel<P, LANE, EPI, QI>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
 }
 
+/* packed short rows (STORE, RESNORM) */
+template <class P, int LANE>
+static cudaError_t launch_packed(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
+    const bool res = a->epi == MU_CU_EPI_RESNORM;
+    if constexpr (LANE == MU_CU_LANE_FAST)
+        if (a->quant_input)
+            return res ? launch_mv<P, LANE, MU_CU_EPI_RESNORM, true>(a, jobs, smem, s)
+                       : launch_mv<P, LANE, MU_CU_EPI_STORE, true>(a, jobs, smem, s);
+    return res ? launch_mv<P, LANE, MU_CU_EPI_RESNORM>(a, jobs, smem, s)
+               : launch_mv<P, LANE, MU_CU_EPI_STORE>(a, jobs, smem, s);
+}
+
 template <class P, int LANE>
 static cudaError_t launch_epi(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
     if (LANE == MU_CU_LANE_FAST && a->quant_input) { /* the consumers of gate/up: down (tail or TP store) */
@@ -1034,8 +1100,25 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     a.parts = 1;
     if (a.epi == MU_CU_EPI_RESNORM && a.nseg == 1) a.parts = mu_cu_mv_parts(type, a.seg[0].w.cols);
     a.rn.branch_parts = a.parts;
-    const int64_t jobs = a.epi == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * a.parts;
+    int64_t jobs = a.epi == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * a.parts;
+    /* K-quant row-dots of at most 8 blocks (a divisor of 16) share batches */
+    const int64_t plen = all_k ? a.seg[0].w.cols / 256 / a.parts : 0;
+    a.pack = 1;
+    if (all_k && (a.epi == MU_CU_EPI_STORE || a.epi == MU_CU_EPI_RESNORM) && plen <= 8 && 16 % plen == 0 &&
+        !(a.lab & MU_CU_LAB_NO_PACK)) {
+        a.pack = (int)(16 / plen);
+        jobs = (jobs + a.pack - 1) / a.pack;
+    }
     const size_t smem = stage_bytes_host(&a, all_k);
+    if (all_k && a.pack > 1) {
+        if (a.lane != MU_CU_LANE_FAST) return launch_packed<PolKQP<0>, MU_CU_LANE_EXACT>(&a, jobs, smem, s);
+        if (!same) return launch_packed<PolKQP<0>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        switch (type) {
+        case MU_TYPE_Q4_K: return launch_packed<PolKQP<MU_TYPE_Q4_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        case MU_TYPE_Q5_K: return launch_packed<PolKQP<MU_TYPE_Q5_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        default: return launch_packed<PolKQP<MU_TYPE_Q6_K>, MU_CU_LANE_FAST>(&a, jobs, smem, s);
+        }
+    }
     if (all_k) {
         /* the exact lane and mixed K-quant launches switch per batch */
         if (a.lane != MU_CU_LANE_FAST) return launch_epi<PolKQ<0>, MU_CU_LANE_EXACT>(&a, jobs, smem, s);
@@ -1067,7 +1150,7 @@ __global__ void swiglu_kernel(float *g, const float *u, uint16_t *h, int64_t tot
     pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const float x = g[i];
-        const float v = x / (1.0f + expf(-x)) * u[i];
+        const float v = swiglu1(x, u[i]);
         g[i] = v;
         if (h) h[i] = f32_to_f16(v);
     }

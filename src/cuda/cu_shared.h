@@ -172,6 +172,7 @@ typedef struct mu_cu_mv {
     unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
+    int pack;              /* set by mu_cu_matvec: K-quant row-dots per batch (short rows) */
     int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
                               while it is staged (act.q, act.ds unused); the
                               producer (gate/up) then stores f32 only      */
@@ -257,6 +258,7 @@ enum {
                                       instead of the down launch quantizing while it stages */
     MU_CU_LAB_SKIP_ATTN = 16,      /* the host leaves out QK-norm/RoPE/append, attention, reducer */
     MU_CU_LAB_NO_TAIL_PREFETCH = 32, /* RESNORM: no L2 prefetch of h and the norm weights at the start */
+    MU_CU_LAB_NO_PACK = 64,        /* short K-quant row-dots one per batch, not packed */
 };
 void mu_cu_set_matvec_lab(unsigned flags);
 unsigned mu_cu_get_matvec_lab(void);
