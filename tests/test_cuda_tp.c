@@ -8,7 +8,9 @@
  * same bounds.
  *
  *   test_cuda_tp N    (N = 1: the NCCL path over a communicator of size 1;
- *                      N = 2: two GPUs, skipped loudly (77) with fewer)
+ *                      N = 2, 4: that many GPUs, skipped loudly (77) with
+ *                      fewer; a model whose heads do not split N ways (the
+ *                      fixture over 4) must be refused with that reason)
  *
  * Without a GPU, or in a build without NCCL, it prints a loud SKIPPED line
  * and exits 77. */
@@ -28,6 +30,8 @@
 #include "cuda/cuda_api.h"
 #include "engine/engine.h"
 #include "engine/parity.h"
+#include "engine/tp.h"
+#include "util/error.h"
 
 /* A CUDA session over gpus GPUs (0: the single-GPU backend). */
 static muser_session *new_session(muser_model *m, int gpus, muser_lane lane, muser_kv_type kv) {
@@ -41,6 +45,27 @@ static muser_session *new_session(muser_model *m, int gpus, muser_lane lane, mus
     muser_session *s = NULL;
     if (muser_session_new(m, &sp, &s) != 0) CHECKF(0, "session (--gpus %d): %s", gpus, muser_last_error());
     return s;
+}
+
+/* Whether the model's heads and blocks allow a split over gpus GPUs (the
+ * plan the sessions use); when they do not, a session must refuse with
+ * that reason, a clear error. */
+static bool splits(muser_model *m, int gpus, const char *name) {
+    mu_tp_shard sh[MU_TP_MAX_RANKS];
+    if (mu_tp_plan(m, gpus, sh) == 0) return true;
+    char why[300];
+    snprintf(why, sizeof why, "%s", muser_last_error());
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CUDA;
+    sp.gpus = gpus;
+    sp.n_ctx = 64;
+    muser_session *s = NULL;
+    const int rc = muser_session_new(m, &sp, &s);
+    CHECKF(rc != 0 && strstr(muser_last_error(), why), "%s over %d GPUs: a session should refuse (%s), got: %s", name,
+           gpus, why, rc ? muser_last_error() : "a session");
+    if (s) muser_session_free(s);
+    printf("  %s cannot be split over %d GPUs (%s): refused with that error; its parity SKIPPED\n", name, gpus, why);
+    return false;
 }
 
 /* Logits of n tokens decoded one by one, and each step's device choice. */
@@ -106,11 +131,14 @@ static void check_choices(const char *what, const float *logits, const muser_tok
 
 /* An FFN wide enough that one GPU splits each down row into parts (the
  * single-GPU down launch sums several partial rows in its tail) while a
- * rank's down launch writes whole rows: a prompt fed as one chunk, then
- * decoded steps, split vs one GPU in the exact lane at the core bounds. */
+ * rank's down launch writes whole rows, and 2 heads per GPU (a rank's
+ * output projection: one 256-element block per row, packed 16 rows to a
+ * batch; two KV heads over 4 GPUs: each shared by two ranks): a prompt fed
+ * as one chunk, then decoded steps, split vs one GPU in the exact lane at
+ * the core bounds. */
 static void wide_ffn(int gpus) {
     tm_opts o = tm_defaults();
-    o.n_embd = 256, o.n_head = 4, o.n_head_kv = 2, o.head_dim = 128, o.n_ff = 17408, o.n_layer = 2;
+    o.n_embd = 256, o.n_head = gpus > 2 ? 2 * gpus : 4, o.n_head_kv = 2, o.head_dim = 128, o.n_ff = 17408, o.n_layer = 2;
     o.window = 16, o.ctx = 256, o.vocab = 300;
     o.weight_type = 12; /* Q4_K */
     size_t size = 0;
@@ -120,6 +148,7 @@ static void wide_ffn(int gpus) {
     muser_model *m = NULL;
     CHECKF(muser_model_load(path, &m) == 0, "%s", muser_last_error());
     if (!m) return;
+    CHECKF(splits(m, gpus, "the wide-FFN model"), "the wide-FFN model should split over %d GPUs", gpus);
     muser_session *one = new_session(m, 0, MUSER_LANE_EXACT, MUSER_KV_F32);
     muser_session *tp = new_session(m, gpus, MUSER_LANE_EXACT, MUSER_KV_F32);
     uint64_t rng = 99;
@@ -127,14 +156,16 @@ static void wide_ffn(int gpus) {
     for (int i = 0; i < 32; i++) toks[i] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)o.vocab);
     double worst = 0;
     if (one && tp) {
-        CHECK(muser_session_feed(one, toks, 12, false) == 0 && muser_session_feed(tp, toks, 12, false) == 0);
+        CHECKF(muser_session_feed(one, toks, 12, false) == 0, "one GPU, 12-token chunk: %s", muser_last_error());
+        CHECKF(muser_session_feed(tp, toks, 12, false) == 0, "%d GPUs, 12-token chunk: %s", gpus, muser_last_error());
         for (int i = 12; i < 32; i++) {
-            CHECK(muser_session_feed(one, &toks[i], 1, false) == 0 && muser_session_feed(tp, &toks[i], 1, false) == 0);
+            CHECKF(muser_session_feed(one, &toks[i], 1, false) == 0, "one GPU, step %d: %s", i, muser_last_error());
+            CHECKF(muser_session_feed(tp, &toks[i], 1, false) == 0, "%d GPUs, step %d: %s", gpus, i, muser_last_error());
             const float *a = muser_session_logits(one), *b = muser_session_logits(tp);
             for (int v = 0; v < o.vocab; v++) worst = fmax(worst, fabs((double)a[v] - (double)b[v]));
         }
-        printf("  wide FFN (n_ff %d, Q4_K), chunk then 20 decoded steps: split vs one GPU max |d| %.3g\n", o.n_ff,
-               worst);
+        printf("  wide FFN (n_ff %d, %d heads, Q4_K), chunk then 20 decoded steps: split vs one GPU max |d| %.3g\n",
+               o.n_ff, o.n_head, worst);
         CHECKF(worst <= 5e-4, "wide FFN: split vs one GPU max |d| %.3g > 5e-4", worst);
     }
     muser_session_free(one);
@@ -164,7 +195,8 @@ int main(int argc, char **argv) {
     CHECK(fx.n >= 48);
     const int V = fx.V, n = fx.n < 48 ? fx.n : 48;
     printf("tensor parallel over %d GPU%s (nano-Q4_K_M, %d tokens of the fixture):\n", gpus, gpus == 1 ? "" : "s", n);
-    for (int li = 0; li < 2; li++) {
+    const bool fixture_splits = splits(m, gpus, "nano-Q4_K_M");
+    for (int li = 0; li < 2 && fixture_splits; li++) {
         const bool fast = li == 1;
         const muser_lane lane = fast ? MUSER_LANE_FAST : MUSER_LANE_EXACT;
         const muser_kv_type kv = fast ? MUSER_KV_F16 : MUSER_KV_F32;

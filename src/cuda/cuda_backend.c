@@ -1176,8 +1176,17 @@ static int sync_checked(cuda_backend *b) {
     return 0;
 }
 
+/* Makes the backend's GPU current: every entry point that touches the
+ * device starts here (one process can drive sessions on several GPUs:
+ * tensor-parallel ranks leave another one current). */
+static int use_device(const cuda_backend *b) {
+    CU_CHECK(cudaSetDevice(b->device));
+    return 0;
+}
+
 static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
+    RC(use_device(b));
     if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, b->T_max);
     RC(fill_records(b, tokens, T, pos0, 0.0f, 0));
     if (T == 1) {
@@ -1194,6 +1203,7 @@ static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int 
 int mu_cuda_decode_select(mu_backend *base, muser_token token, int pos, float temperature, uint64_t seed,
                           float *logits, muser_token *next) {
     cuda_backend *b = (cuda_backend *)base;
+    RC(use_device(b));
     RC(fill_records(b, &token, 1, pos, temperature, seed));
     RC(run_decode(b));
     RC(sync_checked(b));
@@ -1228,6 +1238,7 @@ static int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tok
             r->rec_stride != b->rec_stride)
             return mu_fail(MUSER_EUNSUPPORTED, "cuda: rows of different weights or settings are not batched");
     }
+    RC(use_device(b));
     for (int i = 0; i < n; i++) {
         cuda_backend *r = rows[i];
         RC(fill_records(r, &tokens[i], 1, pos[i], 0.0f, 0));
@@ -1257,6 +1268,7 @@ static void cuda_reset(mu_backend *base) {
 static void cuda_free(mu_backend *base) {
     cuda_backend *b = (cuda_backend *)base;
     if (!b) return;
+    cudaSetDevice(b->device);
     if (b->stream) cudaStreamSynchronize(b->stream);
     for (int r = 0; r < 2; r++)
         if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
@@ -1325,11 +1337,13 @@ static int ckpt_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int
 
 static int cuda_checkpoint_save(mu_backend *base, void **out, size_t *size) {
     cuda_backend *b = (cuda_backend *)base;
+    RC(use_device(b));
     return mu_ckpt_save(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, out, size);
 }
 
 static int cuda_checkpoint_restore(mu_backend *base, const void *blob, size_t size, int pos) {
     cuda_backend *b = (cuda_backend *)base;
+    RC(use_device(b));
     return mu_ckpt_restore(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, blob, size, pos);
 }
 
@@ -1646,6 +1660,7 @@ int mu_cuda_attn_short(const mu_backend *base) { return ((const cuda_backend *)b
 
 int mu_cuda_set_synthetic_depth(mu_backend *base, int64_t depth, uint64_t seed) {
     cuda_backend *b = (cuda_backend *)base;
+    RC(use_device(b));
     const mu_hparams *hp = &b->m->hp;
     for (int l = 0; l < hp->n_layer; l++) {
         mu_kv_plane *p = &b->planes[l];
@@ -1737,7 +1752,7 @@ static const char *cuda_profile_name(mu_backend *base, int family) {
 }
 
 static int cuda_membw(mu_backend *base, double *gbps, const char **what) {
-    (void)base;
+    RC(use_device((const cuda_backend *)base));
     *what = "device-to-device copy, bytes read + written (2 GB per copy, median of 20)";
     return mu_cuda_copy_bandwidth((size_t)2 << 30, 20, gbps);
 }
@@ -1875,18 +1890,13 @@ static int tp_view(const mu_model *m, const mu_tp_shard *sh, mu_model *v) {
     return 0;
 }
 
-static int tp_set(const cuda_backend *r) {
-    CU_CHECK(cudaSetDevice(r->device));
-    return 0;
-}
-
 /* The step on every rank, part by part, with the all-reduces between. */
 static int tp_enqueue(tp_backend *t) {
     const int parts = decode_parts(t->r[0]);
     for (int part = 0; part < parts; part++) {
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
-            RC(tp_set(r));
+            RC(use_device(r));
             RC(enqueue_decode_part(r, part, t->prof_on ? r->prof : NULL));
             RC(prof_mark(r, t->prof_on ? r->prof : NULL, PF_ALLREDUCE));
         }
@@ -1902,7 +1912,7 @@ static int tp_enqueue(tp_backend *t) {
         NCCL_CHECK(g_nccl.GroupEnd());
     }
     for (int i = 0; i < t->n; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         RC(prof_mark(t->r[i], t->prof_on ? t->r[i]->prof : NULL, PF_COUNT));
         RC(enqueue_best_copy(t->r[i]));
     }
@@ -1914,7 +1924,7 @@ static int tp_capture(tp_backend *t, int route) {
     int rc = 0;
     int begun = 0;
     for (int i = 0; i < t->n && !rc; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         if (cudaStreamBeginCapture(t->r[i]->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) rc = 1;
         else begun++;
     }
@@ -1944,7 +1954,7 @@ static int tp_capture(tp_backend *t, int route) {
 /* One token on every rank; the chosen token in rank 0's h_best. */
 static int tp_step(tp_backend *t, muser_token token, int pos, float temperature, uint64_t seed) {
     for (int i = 0; i < t->n; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         RC(fill_records(t->r[i], &token, 1, pos, temperature, seed));
         if (t->prof_on) t->r[i]->prof->n = 0;
     }
@@ -1952,14 +1962,14 @@ static int tp_step(tp_backend *t, muser_token token, int pos, float temperature,
     if (t->use_graph && !t->prof_on && !t->graph_broken && !t->graph_ready[route]) RC(tp_capture(t, route));
     if (t->use_graph && !t->prof_on && t->graph_ready[route]) {
         for (int i = 0; i < t->n; i++) {
-            RC(tp_set(t->r[i]));
+            RC(use_device(t->r[i]));
             CU_CHECK(cudaGraphLaunch(t->graph[route][i], t->r[i]->stream));
         }
     } else {
         RC(tp_enqueue(t));
     }
     for (int i = 0; i < t->n; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         RC(sync_checked(t->r[i]));
         if (t->prof_on) RC(prof_collect(t->r[i], pos));
     }
@@ -1968,7 +1978,7 @@ static int tp_step(tp_backend *t, muser_token token, int pos, float temperature,
 
 static int tp_logits(tp_backend *t, float *dst) {
     for (int i = 0; i < t->n; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         RC(copy_logits(t->r[i], t->r[i]->logits, 1, dst + t->r[i]->vocab0));
     }
     return 0;
@@ -1989,13 +1999,13 @@ static int tp_select(mu_backend *base, muser_token token, int pos, float tempera
 static int tp_prefill(tp_backend *t, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     const size_t V = (size_t)t->m->hp.n_vocab;
     for (int i = 0; i < t->n; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         RC(fill_records(t->r[i], tokens, T, pos0, 0.0f, 0));
     }
     const int parts = decode_parts(t->r[0]);
     for (int part = 0; part < parts; part++) {
         for (int i = 0; i < t->n; i++) {
-            RC(tp_set(t->r[i]));
+            RC(use_device(t->r[i]));
             RC(enqueue_prefill_part(t->r[i], part, T, all_logits));
         }
         if (part + 1 == parts && all_logits) break; /* each rank holds its slice of every row */
@@ -2012,7 +2022,7 @@ static int tp_prefill(tp_backend *t, const muser_token *tokens, int T, int pos0,
     }
     for (int i = 0; i < t->n; i++) {
         cuda_backend *r = t->r[i];
-        RC(tp_set(r));
+        RC(use_device(r));
         RC(sync_checked(r));
         if (all_logits) RC(copy_logits_strided(r, r->logits_all, T, logits + r->vocab0, V));
         else RC(copy_logits(r, r->logits, 1, logits + r->vocab0));
@@ -2063,7 +2073,7 @@ static void tp_free(mu_backend *base) {
 static int tp_fill_kv(mu_backend *base, int depth, uint64_t seed) {
     tp_backend *t = (tp_backend *)base;
     for (int i = 0; i < t->n; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         RC(mu_cuda_set_synthetic_depth(&t->r[i]->base, depth, seed + (uint64_t)i));
     }
     return 0;
@@ -2074,7 +2084,7 @@ static const mu_prof_entry *tp_profile(mu_backend *base, bool on) {
     tp_backend *t = (tp_backend *)base;
     const mu_prof_entry *e = NULL;
     for (int i = 0; i < t->n; i++) {
-        if (tp_set(t->r[i])) return NULL;
+        if (use_device(t->r[i])) return NULL;
         const mu_prof_entry *ei = cuda_profile(&t->r[i]->base, on);
         if (!ei) return NULL;
         if (i == 0) e = ei;
@@ -2088,7 +2098,7 @@ static const mu_prof_entry *tp_profile(mu_backend *base, bool on) {
  * host are alike). */
 static int tp_membw(mu_backend *base, double *gbps, const char **what) {
     tp_backend *t = (tp_backend *)base;
-    RC(tp_set(t->r[0]));
+    RC(use_device(t->r[0]));
     RC(cuda_membw(&t->r[0]->base, gbps, what));
     *gbps *= t->n;
     snprintf(t->membw_what, sizeof t->membw_what, "%d x GPU 0's %s", t->n, *what);
@@ -2126,13 +2136,13 @@ static int tp_symmetric(tp_backend *t) {
     const size_t bytes = (size_t)(T > 8 ? T : 8) * (size_t)t->r[0]->E * sizeof(float); /* as t */
     ncclResult_t r = ncclSuccess;
     for (int i = 0; i < t->n && r == ncclSuccess; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         r = g_nccl.MemAlloc(&t->sym_buf[i], bytes);
     }
     if (r == ncclSuccess) {
         r = g_nccl.GroupStart();
         for (int i = 0; i < t->n && r == ncclSuccess; i++) {
-            RC(tp_set(t->r[i]));
+            RC(use_device(t->r[i]));
             r = g_nccl.WindowRegister(t->comm[i], t->sym_buf[i], bytes, &t->win[i], NCCL_WIN_COLL_SYMMETRIC);
         }
         const ncclResult_t e = g_nccl.GroupEnd();
@@ -2150,7 +2160,7 @@ static int tp_symmetric(tp_backend *t) {
         return 0;
     }
     for (int i = 0; i < t->n; i++) {
-        RC(tp_set(t->r[i]));
+        RC(use_device(t->r[i]));
         CU_CHECK(cudaMemset(t->sym_buf[i], 0, bytes));
         cudaFree(t->r[i]->t);
         t->r[i]->t = (float *)t->sym_buf[i];
