@@ -92,9 +92,6 @@ int main(int argc, char **argv) {
     printf("backend: %s\n", mu_cuda_describe(b));
     const double gb = (double)mu_cuda_weight_bytes(b) / 1e9;
     /* blocks/SM (0: all that fit), PDL, graph, prefetch level before the wait,
-     * lab flags (parts of the matvec left out: timing only, wrong logits);
-     * the default first and last */
-    /* blocks/SM (0: all that fit), PDL, graph, prefetch level before the wait,
      * lab flags (parts of the matvec left out: timing only, wrong logits),
      * one-launch decode attention up to N rows (-1: the session's); the
      * default first and last */
@@ -117,7 +114,11 @@ int main(int argc, char **argv) {
            "|---:|---|---|---|---|---:|---:|---:|---:|\n",
            (long long)depth, gen);
     /* quick: the default and unpacked short rows, twice, alternating */
-    const size_t n_all = sizeof var / sizeof var[0], quick_order[] = {0, n_all - 3, 0, n_all - 3};
+    const size_t n_all = sizeof var / sizeof var[0];
+    size_t unpacked = 0;
+    for (size_t i = 0; i < n_all; i++)
+        if (var[i][4] == MU_CU_LAB_NO_PACK) unpacked = i;
+    const size_t quick_order[] = {0, unpacked, 0, unpacked};
     const size_t n_var = quick ? 4 : n_all;
     for (size_t qi = 0; qi < n_var; qi++) {
         const size_t vi = quick ? quick_order[qi] : qi;
