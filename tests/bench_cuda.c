@@ -3,9 +3,10 @@
  * compared in the same run (run-to-run drift on a shared machine is of the
  * size of the effects). The benchmark proper is `muser bench --backend cuda`.
  *
- *   bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick]
+ *   bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]
  *
- * --quick times the default and unpacked short K-quant rows only, twice.
+ * --quick times the default and one variant only, twice, alternating: the
+ * lab flags FLAGS (MU_CU_LAB_*; default: short K-quant rows not packed).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
     int gen = 32;
     int64_t depth = 0;
     bool quick = false;
+    unsigned alt = MU_CU_LAB_NO_PACK;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-m") && v) model_path = v, i++;
@@ -62,13 +64,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--depth") && v) depth = atoll(v), i++;
         else if (!strcmp(a, "--gen") && v) gen = atoi(v), i++;
         else if (!strcmp(a, "--quick")) quick = true;
+        else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), i++;
         else {
-            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick]\n");
+            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]\n");
             return 2;
         }
     }
     if (!model_path || gen < 1) {
-        fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick]\n");
+        fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]\n");
         return 2;
     }
     muser_model *m = NULL;
@@ -113,26 +116,21 @@ int main(int argc, char **argv) {
            "up to | tok/s | ms/token | weight GB/s |\n"
            "|---:|---|---|---|---|---:|---:|---:|---:|\n",
            (long long)depth, gen);
-    /* quick: the default and unpacked short rows, twice, alternating */
-    const size_t n_all = sizeof var / sizeof var[0];
-    size_t unpacked = 0;
-    for (size_t i = 0; i < n_all; i++)
-        if (var[i][4] == MU_CU_LAB_NO_PACK) unpacked = i;
-    const size_t quick_order[] = {0, unpacked, 0, unpacked};
-    const size_t n_var = quick ? 4 : n_all;
+    /* quick: the default (row 0) and row 0 with the lab flags alt, twice */
+    const size_t n_all = sizeof var / sizeof var[0], n_var = quick ? 4 : n_all;
     for (size_t qi = 0; qi < n_var; qi++) {
-        const size_t vi = quick ? quick_order[qi] : qi;
+        const size_t vi = quick ? 0 : qi;
+        const unsigned f = quick && (qi & 1) ? alt : (unsigned)var[vi][4];
         mu_cuda_set_options(b, var[vi][2], var[vi][1], -1, var[vi][0]);
         mu_cu_set_matvec_prefetch(var[vi][3]);
-        mu_cu_set_matvec_lab((unsigned)var[vi][4]);
+        mu_cu_set_matvec_lab(f);
         mu_cuda_set_attn_short(b, var[vi][5] >= 0 ? var[vi][5] : session_short);
         double ms = 0;
         if (time_decode(b, depth, gen, &ms) != 0) {
             fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
             return 1;
         }
-        char what[128] = "";
-        const unsigned f = (unsigned)var[vi][4];
+        char what[160] = "";
         if (!f) strcat(what, "-");
         if (f & MU_CU_LAB_NO_GROUP_QUANT) strcat(what, "no int8 groups ");
         if (f & MU_CU_LAB_NO_TAIL) strcat(what, "no tail ");
@@ -141,6 +139,7 @@ int main(int argc, char **argv) {
         if (f & MU_CU_LAB_SKIP_ATTN) strcat(what, "no qk-post/attention/reduce ");
         if (f & MU_CU_LAB_NO_TAIL_PREFETCH) strcat(what, "no L2 prefetch for the tail ");
         if (f & MU_CU_LAB_NO_PACK) strcat(what, "short K-quant rows not packed ");
+        if (f & MU_CU_LAB_EVEN_ROUNDS) strcat(what, "fewest warps that keep the rounds ");
         char shortv[32];
         if (var[vi][5] >= 0) snprintf(shortv, sizeof shortv, "%d", var[vi][5]);
         else snprintf(shortv, sizeof shortv, "%d (session's)", session_short);

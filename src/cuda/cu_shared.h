@@ -173,6 +173,9 @@ typedef struct mu_cu_mv {
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
     int pack;              /* set by mu_cu_matvec: K-quant row-dots per batch (short rows) */
+    int even_rounds;       /* grid: the fewest warps that keep the number of rounds, so every
+                              warp gets as many row-dots (0: every warp that fits; the last
+                              round then partial) */
     int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
                               while it is staged (act.q, act.ds unused); the
                               producer (gate/up) then stores f32 only      */
@@ -259,6 +262,7 @@ enum {
     MU_CU_LAB_SKIP_ATTN = 16,      /* the host leaves out QK-norm/RoPE/append, attention, reducer */
     MU_CU_LAB_NO_TAIL_PREFETCH = 32, /* RESNORM: no L2 prefetch of h and the norm weights at the start */
     MU_CU_LAB_NO_PACK = 64,        /* short K-quant row-dots one per batch, not packed */
+    MU_CU_LAB_EVEN_ROUNDS = 128,   /* every launch as mu_cu_mv.even_rounds (the fewest warps that keep the rounds) */
 };
 void mu_cu_set_matvec_lab(unsigned flags);
 unsigned mu_cu_get_matvec_lab(void);

@@ -745,6 +745,7 @@ static void mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act) 
     a->lane = b->fast ? MU_CU_LANE_FAST : MU_CU_LANE_EXACT;
     a->epi = epi;
     a->act = act;
+    a->even_rounds = b->tp; /* (measured: see launch_mv) */
 }
 
 static void mv_seg(mu_cu_mv *a, const mu_cu_weight *w, float *y) {
