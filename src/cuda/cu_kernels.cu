@@ -422,8 +422,9 @@ extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int
 
 /* ---- matvec ----------------------------------------------------------------------------
  * A grid of warps over a stream of row-dots: warp gw of W takes row-dots
- * gw, gw + W, ... (gate/up: output rows, each two row-dots), W chosen so
- * that every warp has the same number (no partial last round). A row-dot
+ * gw, gw + W, ... (gate/up: output rows, each two row-dots; short K-quant
+ * rows: 16 / blocks of them per batch), W every warp that fits, or the
+ * fewest that give every warp as many (mu_cu_mv.even_rounds). A row-dot
  * is streamed in batches; all 16-byte weight loads of a batch are issued
  * before any of its arithmetic, the first batch before griddepcontrol.wait
  * (weights are immutable), so a kernel launched early (PDL) streams while
