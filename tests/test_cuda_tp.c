@@ -5,7 +5,10 @@
  * reference; in the fast lane a mean KL against the float reference no
  * larger than llama.cpp's. The device's greedy choice is the largest logit;
  * a prompt fed as one chunk (decoded token by token on the ranks) meets the
- * same bounds.
+ * same bounds. Both ways of summing the ranks' partial outputs are held to
+ * them: the all-reduces fused into the residual/norm tails (the default
+ * where the GPUs reach each other's memory; required when CUDA reports peer
+ * access between GPUs 0 and 1) and NCCL's all-reduce (MUSER_TP_FUSED=0).
  *
  *   test_cuda_tp N    (N = 1: the NCCL path over a communicator of size 1;
  *                      N = 2, 4: that many GPUs, skipped loudly (77) with
@@ -66,6 +69,37 @@ static bool splits(muser_model *m, int gpus, const char *name) {
     if (s) muser_session_free(s);
     printf("  %s cannot be split over %d GPUs (%s): refused with that error; its parity SKIPPED\n", name, gpus, why);
     return false;
+}
+
+/* Whether a tensor-parallel session sums in its tails (its description). */
+static bool session_fused(muser_session *s) {
+    mu_backend *be = mu_session_backend_of(s);
+    const char *d = be && be->ops->describe ? be->ops->describe(be) : "";
+    return strstr(d, "fused into the residual/norm tails") != NULL;
+}
+
+/* The mode asked for (MUSER_TP_FUSED) is the mode a session over gpus GPUs
+ * runs, where the GPUs can reach each other's memory. */
+static void check_mode(muser_model *m, int gpus, bool fused) {
+    if (gpus < 2) return;
+    int peer = 0;
+    cudaDeviceCanAccessPeer(&peer, 0, 1);
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CUDA;
+    sp.gpus = gpus;
+    sp.n_ctx = 64;
+    muser_session *s = NULL;
+    if (muser_session_new(m, &sp, &s) != 0) {
+        CHECKF(0, "session (--gpus %d): %s", gpus, muser_last_error());
+        return;
+    }
+    mu_backend *be = mu_session_backend_of(s);
+    printf("  %s\n", be->ops->describe(be));
+    const bool got = session_fused(s);
+    if (fused && peer) CHECKF(got, "GPUs 0 and 1 reach each other's memory, yet the tails are not fused");
+    if (!fused) CHECKF(!got, "MUSER_TP_FUSED=0, yet the tails are fused");
+    if (fused && !peer) printf("  (no peer access between GPUs 0 and 1: NCCL's all-reduce runs)\n");
+    muser_session_free(s);
 }
 
 /* Logits of n tokens decoded one by one, and each step's device choice. */
@@ -164,8 +198,8 @@ static void wide_ffn(int gpus) {
             const float *a = muser_session_logits(one), *b = muser_session_logits(tp);
             for (int v = 0; v < o.vocab; v++) worst = fmax(worst, fabs((double)a[v] - (double)b[v]));
         }
-        printf("  wide FFN (n_ff %d, %d heads, Q4_K), chunk then 20 decoded steps: split vs one GPU max |d| %.3g\n",
-               o.n_ff, o.n_head, worst);
+        printf("  wide FFN (n_ff %d, %d heads, Q4_K), chunk then 20 decoded steps, %s: split vs one GPU max |d| %.3g\n",
+               o.n_ff, o.n_head, session_fused(tp) ? "fused all-reduce" : "NCCL all-reduce", worst);
         CHECKF(worst <= 5e-4, "wide FFN: split vs one GPU max |d| %.3g > 5e-4", worst);
     }
     muser_session_free(one);
@@ -174,38 +208,30 @@ static void wide_ffn(int gpus) {
     unlink(path);
 }
 
-int main(int argc, char **argv) {
-    const int gpus = argc > 1 ? atoi(argv[1]) : 1;
-    if (mu_cuda_probe() != 0) {
-        char why[600];
-        snprintf(why, sizeof why, "no usable GPU: %s", muser_last_error());
-        tl_skip(why);
-    }
-    int present = 0;
-    if (cudaGetDeviceCount(&present) != cudaSuccess || present < gpus) {
-        char why[200];
-        snprintf(why, sizeof why, "tensor parallel over %d GPUs needs %d GPUs; %d present", gpus, gpus, present);
-        tl_skip(why);
-    }
-    tl_fixture fx;
-    if (!tl_fixture_load("fixtures/nano/nano-Q4_K_M", true, &fx)) return tl_finish("cuda_tp");
-    muser_model *m = fx.model;
-    const int *tokens = fx.tokens;
-    const float *exact = fx.exact, *llama = fx.llama;
-    CHECK(fx.n >= 48);
-    const int V = fx.V, n = fx.n < 48 ? fx.n : 48;
-    printf("tensor parallel over %d GPU%s (nano-Q4_K_M, %d tokens of the fixture):\n", gpus, gpus == 1 ? "" : "s", n);
-    const bool fixture_splits = splits(m, gpus, "nano-Q4_K_M");
-    for (int li = 0; li < 2 && fixture_splits; li++) {
+/* The fixture's tokens over gpus GPUs against one GPU and the references,
+ * in both lanes, with the ranks' sums fused into the tails or by NCCL;
+ * split_route: decode attention by the split-K launches at every span
+ * (MUSER_CUDA_ATTN_SHORT=0; by default spans this short run in one launch). */
+static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, bool split_route) {
+    muser_model *m = fx->model;
+    const int *tokens = fx->tokens;
+    const float *exact = fx->exact, *llama = fx->llama;
+    const int V = fx->V, n = fx->n < 48 ? fx->n : 48;
+    setenv("MUSER_TP_FUSED", fused ? "1" : "0", 1);
+    if (split_route) setenv("MUSER_CUDA_ATTN_SHORT", "0", 1);
+    check_mode(m, gpus, fused);
+    for (int li = 0; li < 2; li++) {
         const bool fast = li == 1;
         const muser_lane lane = fast ? MUSER_LANE_FAST : MUSER_LANE_EXACT;
         const muser_kv_type kv = fast ? MUSER_KV_F16 : MUSER_KV_F32;
-        const char *ln = fast ? "fast lane, kv f16" : "exact lane, kv f32";
+        char ln[64];
+        snprintf(ln, sizeof ln, "%s, %s%s", fast ? "fast lane, kv f16" : "exact lane, kv f32",
+                 fused ? "fused all-reduce" : "NCCL all-reduce", split_route ? ", split-K attention" : "");
         muser_token c1[64], cn[64];
         float *one = decode_all(m, 0, lane, kv, tokens, n, V, c1);
         float *tp = decode_all(m, gpus, lane, kv, tokens, n, V, cn);
         float *fed = tp ? feed_all(m, gpus, lane, kv, tokens, n, V) : NULL;
-        char what[96];
+        char what[128];
         if (one && tp && fed) {
             snprintf(what, sizeof what, "%s: split vs one GPU", ln);
             if (!fast) check_exact(what, one, tp, n, V);
@@ -224,8 +250,39 @@ int main(int argc, char **argv) {
         free(tp);
         free(fed);
     }
+    unsetenv("MUSER_CUDA_ATTN_SHORT");
+}
+
+int main(int argc, char **argv) {
+    const int gpus = argc > 1 ? atoi(argv[1]) : 1;
+    if (mu_cuda_probe() != 0) {
+        char why[600];
+        snprintf(why, sizeof why, "no usable GPU: %s", muser_last_error());
+        tl_skip(why);
+    }
+    int present = 0;
+    if (cudaGetDeviceCount(&present) != cudaSuccess || present < gpus) {
+        char why[200];
+        snprintf(why, sizeof why, "tensor parallel over %d GPUs needs %d GPUs; %d present", gpus, gpus, present);
+        tl_skip(why);
+    }
+    tl_fixture fx;
+    if (!tl_fixture_load("fixtures/nano/nano-Q4_K_M", true, &fx)) return tl_finish("cuda_tp");
+    CHECK(fx.n >= 48);
+    printf("tensor parallel over %d GPU%s (nano-Q4_K_M, %d tokens of the fixture):\n", gpus, gpus == 1 ? "" : "s",
+           fx.n < 48 ? fx.n : 48);
+    if (splits(fx.model, gpus, "nano-Q4_K_M")) {
+        fixture_parity(&fx, gpus, true, false);
+        fixture_parity(&fx, gpus, true, true);
+        fixture_parity(&fx, gpus, false, false);
+        fixture_parity(&fx, gpus, false, true);
+    }
     tl_fixture_free(&fx);
-    wide_ffn(gpus);
+    for (int fused = 1; fused >= 0; fused--) {
+        setenv("MUSER_TP_FUSED", fused ? "1" : "0", 1);
+        wide_ffn(gpus);
+    }
+    unsetenv("MUSER_TP_FUSED");
     return tl_finish("cuda_tp");
 }
 

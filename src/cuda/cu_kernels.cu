@@ -237,9 +237,10 @@ __device__ void resnorm_block_wide(const mu_cu_resnorm &rn, int64_t t) {
     if (rn.branch) {
         const float *br = rn.branch + off;
         const int np = rn.branch_parts > 1 ? rn.branch_parts : 1;
+        const int64_t ps = rn.part_stride ? rn.part_stride : n;
         auto branch_at = [&](int i) {
             float v = __ldcg(br + i);
-            for (int p = 1; p < np; p++) v += __ldcg(br + (int64_t)p * n + i);
+            for (int p = 1; p < np; p++) v += __ldcg(br + (int64_t)p * ps + i);
             return v;
         };
         float ss = 0.f;
@@ -298,6 +299,7 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
      * alias would keep later loads from being hoisted, and each would wait
      * on DRAM in turn). Round 2: arithmetic and stores only. */
     const int np = rn.branch_parts > 1 ? rn.branch_parts : 1;
+    const int64_t ps = rn.part_stride ? rn.part_stride : n;
     float ss = 0.f, st = 0.f;
     float4 tv[TAIL_PER], wpv[TAIL_PER], wnv[TAIL_PER];
     /* the norm weights (immutable) in the same round as h and the branch */
@@ -312,9 +314,14 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
         ss += f4dot(v);
         tv[k] = br ? __ldcg(reinterpret_cast<const float4 *>(br + e)) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    for (int p = 1; p < np; p++) {
+    if (np > 1) { /* the second part in the same round (a second rank's branch: one NVLink round trip) */
+        float4 t1[TAIL_PER];
+        TAIL_FOR(k, e) t1[k] = __ldcg(reinterpret_cast<const float4 *>(br + ps + e));
+        TAIL_FOR(k, e) tv[k] = make_float4(tv[k].x + t1[k].x, tv[k].y + t1[k].y, tv[k].z + t1[k].z, tv[k].w + t1[k].w);
+    }
+    for (int p = 2; p < np; p++) {
         TAIL_FOR(k, e) {
-            const float4 w = __ldcg(reinterpret_cast<const float4 *>(br + (int64_t)p * n + e));
+            const float4 w = __ldcg(reinterpret_cast<const float4 *>(br + (int64_t)p * ps + e));
             tv[k] = make_float4(tv[k].x + w.x, tv[k].y + w.y, tv[k].z + w.z, tv[k].w + w.w);
         }
     }
@@ -758,6 +765,42 @@ __device__ __forceinline__ void rowdot_prefetch_l2(const mu_cu_weight &w, int64_
  * and all the counters need). */
 __device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
+/* The ranks of a tensor-parallel step meet (one block of each): this
+ * rank's writes, which its block has acquired from the other blocks, are
+ * released to the system; each rank's slot in every other rank's inbox is
+ * raised to the new epoch; the block waits until every other rank's slot
+ * in its own inbox has reached it. The peers' data is then read through
+ * the LSA mapping. A peer missing for 20 s (a failed launch on its GPU)
+ * traps: an error, not a hang. */
+__device__ __noinline__ void xrank_meet(const mu_cu_xrank &x) {
+    if (threadIdx.x == 0) {
+        const uint32_t e = *x.epoch + 1u;
+        *x.epoch = e;
+        asm volatile("fence.acq_rel.sys;" ::: "memory");
+        for (int p = 0; p < x.n; p++) {
+            if (p == x.rank) continue;
+            uint32_t *slot = x.inbox0 + (int64_t)p * x.stride + x.rank;
+            asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(slot), "r"(e) : "memory");
+        }
+        uint64_t t0;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        for (int p = 0; p < x.n; p++) {
+            if (p == x.rank) continue;
+            const uint32_t *slot = x.inbox0 + (int64_t)x.rank * x.stride + p;
+            for (;;) {
+                uint32_t got;
+                asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(got) : "l"(slot) : "memory");
+                if ((int32_t)(got - e) >= 0) break;
+                uint64_t t;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                if (t - t0 > 20000000000ull) __trap();
+            }
+        }
+    }
+    __syncthreads();
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
 /* QI: the fast lane's input is quantized while it is staged (mu_cu_mv.quant_input;
  * a template parameter: the quantizing code in every kernel spilled registers). */
 template <class P, int LANE, int EPI, bool QI>
@@ -948,6 +991,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
             is_last = prev == gridDim.x - 1;
         }
         __syncthreads();
+        if (is_last && a.rn.xr.n > 1) xrank_meet(a.rn.xr); /* every rank's branch is complete */
         if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
             fence_acq_rel();
             __shared__ __align__(16) float tail_sv[TAIL_MAXN];
@@ -1102,8 +1146,13 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     }
     const uint32_t type = a.seg[0].w.type;
     a.parts = 1;
-    if (a.epi == MU_CU_EPI_RESNORM && a.nseg == 1) a.parts = mu_cu_mv_parts(type, a.seg[0].w.cols);
-    a.rn.branch_parts = a.parts;
+    if (a.rn.xr.n > 1) {
+        /* the tail sums the ranks' branches: whole rows, one part per rank */
+        if (a.epi != MU_CU_EPI_RESNORM || a.rn.branch_parts != a.rn.xr.n) return cudaErrorInvalidValue;
+    } else {
+        if (a.epi == MU_CU_EPI_RESNORM && a.nseg == 1) a.parts = mu_cu_mv_parts(type, a.seg[0].w.cols);
+        a.rn.branch_parts = a.parts;
+    }
     int64_t jobs = a.epi == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * a.parts;
     /* K-quant row-dots of at most 8 blocks (a divisor of 16) share batches */
     const int64_t plen = all_k ? a.seg[0].w.cols / 256 / a.parts : 0;

@@ -84,9 +84,27 @@ typedef struct mu_cu_normout {
  *   if branch: h += post_norm(branch) (eps_post; w_post NULL: plain add)
  *   out = rmsnorm(h, eps_next) * w_next (w_next NULL: no weight)
  * With embd (embedding rows): h = rmsnorm(h) without weight first. */
+/* The ranks of a tensor-parallel step meeting inside a kernel (the fused
+ * all-reduce): every rank's inbox lives at the same offset of an NCCL
+ * symmetric window, reached through NCCL's load/store-accessible (LSA)
+ * mapping of the window; rank p's copy of a location is at
+ * (its rank-0 address) + p * stride. Each meeting raises every rank's
+ * epoch by one (the ranks run the same sequence of meetings). */
+typedef struct mu_cu_xrank {
+    int n, rank;           /* n < 2: no meeting                             */
+    uint32_t *inbox0;      /* rank 0's inbox (MU_CU_XRANK_MAX slots), LSA-mapped */
+    int64_t stride;        /* uint32 elements between two ranks' copies     */
+    uint32_t *epoch;       /* this rank's meetings so far (device memory)   */
+} mu_cu_xrank;
+#define MU_CU_XRANK_MAX 64
+
 typedef struct mu_cu_resnorm {
-    const float *branch;   /* branch_parts partial sums, n apart, added in order */
+    const float *branch;   /* branch_parts partial sums, part_stride apart, added in order */
     int branch_parts;      /* 0 or 1: one                                   */
+    int64_t part_stride;   /* elements between parts (0: n)                 */
+    mu_cu_xrank xr;        /* RESNORM launch: the ranks meet before the tail
+                              (their branches are then the parts: the
+                              all-reduce summed inside the tail)          */
     const float *w_post;
     float eps_post;
     float *h;
@@ -285,6 +303,10 @@ cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_r
                         unsigned long long *best, cudaStream_t s);
 /* rn applied to T rows (prefill). */
 cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, cudaStream_t s);
+/* The addresses of (window, offset) on ranks 0..n-1 of the window's LSA
+ * team, as this GPU reaches them (window: an ncclWindow_t of NCCL 2.28+;
+ * cudaErrorNotSupported in a build without nccl_device.h). */
+cudaError_t mu_cu_lsa_pointers(void *window, size_t offset, int n, void **out, cudaStream_t s);
 /* out = silu(g) * u for T rows of n, f32 in place of g and optional f16. */
 cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, cudaStream_t s);
 /* logits = cap * tanh(scale * logits / cap) over n values. */

@@ -150,6 +150,15 @@ typedef struct cuda_backend {
     /* tensor parallel: a rank's Wo and down write partial sums, all-reduced
      * between the parts of the step, then the residual/norm tail runs */
     bool tp;
+    /* the fused all-reduce (xr.n >= 1, tensor parallel with NCCL's LSA
+     * mapping): Wo writes t, down t2 (two buffers: a rank still reading a
+     * peer's t after their meeting cannot see it overwritten before their
+     * next one), and the RESNORM tail of each sums every rank's copy, read
+     * at lsa_t / lsa_t2 + rank * lsa_stride, after the ranks meet */
+    mu_cu_xrank xr;
+    float *t2;
+    const float *lsa_t, *lsa_t2;
+    int64_t lsa_stride;
     int64_t vocab0; /* global index of this rank's first LM-head row */
     int batch_min;  /* batched decode from this many rows (0: never) */
     bool batch_mv;  /* exact lane: batched decode through B-row matvecs, not the GEMMs */
@@ -781,6 +790,17 @@ static int run_head_matvec(cuda_backend *b, int row, prof_state *p) {
  * part starts with the residual/norm tail. */
 static int decode_parts(const cuda_backend *b) { return 2 * b->m->hp.n_layer + 1; }
 
+/* The fused all-reduce (tensor parallel over NCCL's LSA mapping): the
+ * RESNORM tail meets the other ranks and sums every rank's branch in rank
+ * order (the same bits on every rank), read at lsa (rank 0's copy). */
+static void rank_sum(const cuda_backend *b, mu_cu_resnorm *rn, const float *lsa) {
+    if (b->xr.n < 2) return;
+    rn->branch = lsa;
+    rn->branch_parts = b->xr.n;
+    rn->part_stride = b->lsa_stride;
+    rn->xr = b->xr;
+}
+
 /* Layer l up to Wo (its output in t, or the tail fused). */
 static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     const cudaStream_t s = b->stream;
@@ -806,10 +826,11 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
         RC(run_attention(b, l, 1, p, false));
     }
 
-    mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
+    mv_init(&a, b, b->tp && !b->xr.n ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
     mv_seg(&a, &D->wo, b->t);
     a.rn = resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, false);
+    rank_sum(b, &a.rn, b->lsa_t);
     a.rn.out.x = b->ax2;
     a.rn.out.q = b->fast ? b->aq2 : NULL;
     a.rn.out.ds = b->fast ? b->ads2 : NULL;
@@ -838,12 +859,14 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     RC(prof_mark(b, p, PF_GATEUP));
     CU_CHECK(mu_cu_matvec(&a, s));
 
-    mv_init(&a, b, b->tp ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
+    mv_init(&a, b, b->tp && !b->xr.n ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->ff, b->fast ? b->fq : NULL, b->fast ? b->fds : NULL));
-    mv_seg(&a, &D->ffn_down, b->t);
+    float *y = b->xr.n ? b->t2 : b->t;
+    mv_seg(&a, &D->ffn_down, y);
     a.quant_input = b->fast && !epi_q;
     const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
-    a.rn = resnorm_of(b, b->t, D->post_ffn_norm, next, false);
+    a.rn = resnorm_of(b, y, D->post_ffn_norm, next, false);
+    rank_sum(b, &a.rn, b->lsa_t2);
     a.counter = b->counters + 2 * l + 1;
     RC(prof_mark(b, p, PF_DOWN));
     CU_CHECK(mu_cu_matvec(&a, s));
@@ -881,7 +904,7 @@ static int enqueue_decode_part(cuda_backend *b, int part, prof_state *p) {
         CU_CHECK(mu_cu_embed(&b->tok_embd, recs_of(b), 1, rn, b->d_best, b->stream));
         return enqueue_attn_block(b, 0, p);
     }
-    if (b->tp) RC(enqueue_tp_tail(b, part, p));
+    if (b->tp && !b->xr.n) RC(enqueue_tp_tail(b, part, p));
     if (part % 2 == 1) return enqueue_ffn_block(b, (part - 1) / 2, p);
     if (part < 2 * L) return enqueue_attn_block(b, part / 2, p);
     RC(run_head_matvec(b, 0, p));
@@ -1782,6 +1805,11 @@ static const char *cuda_describe_op(mu_backend *base) { return mu_cuda_describe(
 
 #include "engine/tp.h"
 
+/* ncclTeam_t of nccl_device/core.h (NCCL 2.28+), declared here for C */
+typedef struct nccl_team {
+    int nRanks, rank, stride;
+} nccl_team;
+
 typedef struct nccl_api {
     void *lib;
     ncclResult_t (*CommInitAll)(ncclComm_t *, int, const int *);
@@ -1796,6 +1824,8 @@ typedef struct nccl_api {
     ncclResult_t (*MemFree)(void *);
     ncclResult_t (*WindowRegister)(ncclComm_t, void *, size_t, ncclWindow_t *, int);
     ncclResult_t (*WindowDeregister)(ncclComm_t, ncclWindow_t);
+    /* NCCL 2.28+: the load/store-accessible team of a communicator */
+    nccl_team (*TeamLsa)(ncclComm_t);
 } nccl_api;
 static nccl_api g_nccl;
 
@@ -1830,6 +1860,7 @@ static int nccl_load(void) {
     *(void **)&a.MemFree = dlsym(lib, "ncclMemFree");
     *(void **)&a.WindowRegister = dlsym(lib, "ncclCommWindowRegister");
     *(void **)&a.WindowDeregister = dlsym(lib, "ncclCommWindowDeregister");
+    *(void **)&a.TeamLsa = dlsym(lib, "ncclTeamLsa");
     if (!a.CommInitAll || !a.CommDestroy || !a.AllReduce || !a.GroupStart || !a.GroupEnd || !a.GetErrorString ||
         !a.GetVersion) {
         dlclose(lib);
@@ -1851,6 +1882,10 @@ typedef struct tp_backend {
     void *sym_buf[MU_TP_MAX_RANKS];
     ncclWindow_t win[MU_TP_MAX_RANKS];
     bool symmetric;
+    /* the layers' all-reduces fused into the RESNORM tails (tp_fuse) */
+    bool fused;
+    uint32_t *epoch[MU_TP_MAX_RANKS];
+    char fuse_note[160];
     cudaGraphExec_t graph[2][MU_TP_MAX_RANKS]; /* per route (the ranks' steps share it) */
     bool use_graph, graph_ready[2], graph_broken, prof_on;
     bool skip_reduce; /* MUSER_TP_SKIP_ALLREDUCE=1: timing lab only, wrong logits */
@@ -1901,7 +1936,7 @@ static int tp_enqueue(tp_backend *t) {
             RC(enqueue_decode_part(r, part, t->prof_on ? r->prof : NULL));
             RC(prof_mark(r, t->prof_on ? r->prof : NULL, PF_ALLREDUCE));
         }
-        if (t->skip_reduce && part + 1 < parts) continue;
+        if ((t->skip_reduce || t->fused) && part + 1 < parts) continue; /* (fused: in the tails) */
         NCCL_CHECK(g_nccl.GroupStart());
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
@@ -2058,6 +2093,7 @@ static void tp_free(mu_backend *base) {
         cudaSetDevice(t->r[i]->device);
         for (int r = 0; r < 2; r++)
             if (t->graph[r][i]) cudaGraphExecDestroy(t->graph[r][i]);
+        if (t->epoch[i]) cudaFree(t->epoch[i]);
         if (t->sym_buf[i]) {
             cudaStreamSynchronize(t->r[i]->stream);
             if (t->win[i]) g_nccl.WindowDeregister(t->comm[i], t->win[i]);
@@ -2122,6 +2158,17 @@ static const mu_backend_ops tp_ops = {
     .describe = tp_describe,
 };
 
+/* A rank's symmetric window: t (as cudaMalloc'd: T_max or 8 rows), then
+ * the second decode buffer t2, then the inbox of the fused all-reduce. */
+static size_t tp_window_bytes(const cuda_backend *r, size_t *off_t2, size_t *off_inbox) {
+    const int T = r->T_max;
+    const size_t t_bytes = ((size_t)(T > 8 ? T : 8) * (size_t)r->E * sizeof(float) + 255) & ~(size_t)255;
+    const size_t t2_bytes = ((size_t)r->E * sizeof(float) + 255) & ~(size_t)255;
+    if (off_t2) *off_t2 = t_bytes;
+    if (off_inbox) *off_inbox = t_bytes + t2_bytes;
+    return t_bytes + t2_bytes + MU_CU_XRANK_MAX * sizeof(uint32_t);
+}
+
 /* Moves every rank's partial-sum buffer t into a symmetric NCCL window
  * (ncclMemAlloc + ncclCommWindowRegister, NCCL 2.27 or later), so the
  * all-reduces on it run NCCL's symmetric kernels (measured on 2 x H200:
@@ -2133,8 +2180,7 @@ static int tp_symmetric(tp_backend *t) {
     if (env_int("MUSER_TP_SYMMETRIC", 1) == 0 || ver < 22700 || !g_nccl.MemAlloc || !g_nccl.MemFree ||
         !g_nccl.WindowRegister || !g_nccl.WindowDeregister)
         return 0;
-    const int T = t->r[0]->T_max;
-    const size_t bytes = (size_t)(T > 8 ? T : 8) * (size_t)t->r[0]->E * sizeof(float); /* as t */
+    const size_t bytes = tp_window_bytes(t->r[0], NULL, NULL);
     ncclResult_t r = ncclSuccess;
     for (int i = 0; i < t->n && r == ncclSuccess; i++) {
         RC(use_device(t->r[i]));
@@ -2167,6 +2213,70 @@ static int tp_symmetric(tp_backend *t) {
         t->r[i]->t = (float *)t->sym_buf[i];
     }
     t->symmetric = true;
+    return 0;
+}
+
+/* The layers' all-reduces fused into the RESNORM tails of Wo and down
+ * (MUSER_TP_FUSED=0: off): instead of a STORE launch, an NCCL all-reduce
+ * and a tail launch per all-reduce, the last block of each rank's launch
+ * meets the other ranks (flags in the symmetric windows) and sums every
+ * rank's partial output, read through NCCL's LSA mapping of the windows
+ * (NCCL 2.28+; every rank in the communicator's LSA team, i.e. GPUs that
+ * reach each other's memory, as over NVLink). Otherwise, or when the
+ * mapping is unavailable, NCCL's all-reduce runs between the parts. */
+static int tp_fuse(tp_backend *t) {
+    int ver = 0;
+    g_nccl.GetVersion(&ver);
+    const char *why = NULL;
+    if (env_int("MUSER_TP_FUSED", 1) == 0) why = "MUSER_TP_FUSED=0";
+    else if (t->skip_reduce) why = "MUSER_TP_SKIP_ALLREDUCE=1";
+    else if (!t->symmetric) why = "no symmetric windows";
+    else if (ver < 22800 || !g_nccl.TeamLsa) why = "NCCL older than 2.28";
+    else if (t->n > MU_CU_XRANK_MAX) why = "too many GPUs";
+    for (int i = 0; i < t->n && !why; i++) {
+        const nccl_team lsa = g_nccl.TeamLsa(t->comm[i]);
+        if (lsa.nRanks != t->n || lsa.rank != i) why = "not every GPU reaches the others' memory (LSA team)";
+    }
+    size_t off_t2 = 0, off_inbox = 0;
+    tp_window_bytes(t->r[0], &off_t2, &off_inbox);
+    void *lsa[MU_TP_MAX_RANKS][MU_CU_XRANK_MAX];
+    for (int i = 0; i < t->n && !why; i++) {
+        RC(use_device(t->r[i]));
+        const cudaError_t e = mu_cu_lsa_pointers(t->win[i], 0, t->n, lsa[i], t->r[i]->stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            why = e == cudaErrorNotSupported ? "built without nccl_device.h" : "the LSA mapping could not be read";
+            break;
+        }
+        /* rank p's copy at lsa[i][0] + p * stride, as NCCL lays the mapping out */
+        const int64_t stride = t->n > 1 ? (const char *)lsa[i][1] - (const char *)lsa[i][0] : 0;
+        for (int p = 0; p < t->n && !why; p++)
+            if ((const char *)lsa[i][p] != (const char *)lsa[i][0] + (int64_t)p * stride || stride % 256)
+                why = "an LSA mapping without a constant stride";
+    }
+    if (why) {
+        snprintf(t->fuse_note, sizeof t->fuse_note, "all-reduces by NCCL (fused tails off: %s)", why);
+        return 0;
+    }
+    for (int i = 0; i < t->n; i++) {
+        cuda_backend *r = t->r[i];
+        RC(use_device(r));
+        CU_CHECK(cudaMalloc((void **)&t->epoch[i], sizeof(uint32_t)));
+        CU_CHECK(cudaMemset(t->epoch[i], 0, sizeof(uint32_t)));
+        const char *base = (const char *)lsa[i][0];
+        const int64_t stride = t->n > 1 ? (const char *)lsa[i][1] - base : 0;
+        r->t2 = (float *)((char *)t->sym_buf[i] + off_t2);
+        r->lsa_t = (const float *)base;
+        r->lsa_t2 = (const float *)(base + off_t2);
+        r->lsa_stride = stride / (int64_t)sizeof(float);
+        r->xr.n = t->n;
+        r->xr.rank = i;
+        r->xr.inbox0 = (uint32_t *)(base + off_inbox);
+        r->xr.stride = stride / (int64_t)sizeof(uint32_t);
+        r->xr.epoch = t->epoch[i];
+    }
+    t->fused = true;
+    snprintf(t->fuse_note, sizeof t->fuse_note, "all-reduces fused into the residual/norm tails (LSA)");
     return 0;
 }
 
@@ -2204,6 +2314,7 @@ static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **
         if (r != ncclSuccess) rc = mu_fail(MUSER_EBACKEND, "NCCL: ncclCommInitAll over %d GPUs: %s", n, g_nccl.GetErrorString(r));
     }
     if (!rc) rc = tp_symmetric(t);
+    if (!rc) rc = tp_fuse(t);
     if (rc) {
         tp_free(&t->base);
         return rc;
@@ -2211,8 +2322,9 @@ static int tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **
     int ver = 0;
     g_nccl.GetVersion(&ver);
     snprintf(t->desc, sizeof t->desc,
-             "%d x [%.400s], tensor parallel over NCCL %d, %s (%.1f GB of weights per GPU per token)", n, t->r[0]->desc,
-             ver, t->symmetric ? "symmetric windows" : "plain buffers", (double)shards[0].weight_bytes / 1e9);
+             "%d x [%.300s], tensor parallel over NCCL %d, %s, %s (%.1f GB of weights per GPU per token)", n,
+             t->r[0]->desc, ver, t->symmetric ? "symmetric windows" : "plain buffers", t->fuse_note,
+             (double)shards[0].weight_bytes / 1e9);
     *out = &t->base;
     return 0;
 }
