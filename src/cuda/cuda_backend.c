@@ -1196,7 +1196,12 @@ static int copy_logits(cuda_backend *b, const float *src, int rows, float *dst) 
 
 static int sync_checked(cuda_backend *b) {
     cudaError_t e = cudaStreamSynchronize(b->stream);
-    if (e != cudaSuccess) return mu_fail(MUSER_EBACKEND, "CUDA step failed: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        return mu_fail(MUSER_EBACKEND, "CUDA step failed%s: %s",
+                       b->xr.n > 1 ? " (tensor parallel: a rank also stops when the other ranks do not reach "
+                                     "the fused all-reduce within 20 s, so the first error may be another GPU's)"
+                                   : "",
+                       cudaGetErrorString(e));
     return 0;
 }
 
