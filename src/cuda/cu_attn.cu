@@ -140,10 +140,12 @@ __global__ void __launch_bounds__(128) attn_f32_kernel(const __grid_constant__ m
  * Per warp, 16-row steps: S[16 heads][16 rows] = Q K^T with mma.m16n8k16 (Q
  * split into f16 hi + lo parts so the scores keep ~f32 accuracy), online
  * softmax in registers, O[16][128] += P V with P in f16. Each thread copies
- * its K and V fragments (16-byte chunks) from global memory into its own
- * slots of a two-stage shared-memory ring by cp.async, the warp's next step
- * in flight while the current one is computed (the thread reads back only
- * what it copied, so its own cp.async.wait_group orders them):
+ * its K fragments (16-byte chunks) from global memory into its own slots of
+ * a two-stage shared-memory ring by cp.async, the warp's next step in
+ * flight while the current one is computed (the thread reads back only
+ * what it copied, so its own cp.async.wait_group orders them); its V
+ * fragments it loads into registers at the start of the step, in flight
+ * during Q K^T and the softmax:
  *   QK^T: thread (g = lane/4, q = lane%4) loads 16-byte chunks q, q+4, q+8,
  *         q+12 of row g; the head dims are permuted consistently in Q and K
  *         (any permutation of the summed index leaves the dot unchanged);
@@ -165,13 +167,14 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 /* Head dim of logical k index (2q + e) (b0/a0/a1) in k-step s; +2 for b1/a2/a3. */
 __device__ __forceinline__ int qk_dim(int s, int q, int e) { return 8 * q + 32 * (s >> 1) + 4 * (s & 1) + e; }
 
-/* The ring: stages x warps x 16 chunks x 32 lanes of 16 bytes (64 KB); after
+/* The ring: stages x warps x 8 chunks x 32 lanes of 16 bytes (32 KB); after
  * the loop it holds the merge state too. Shared memory per block is what
- * decides here: at 65 KB a block the ring measured 2-4% faster than
- * register loads at depths 2048-32768; beside a separate 32 KB merge buffer
- * (97 KB), or at 3 blocks per SM, 12% and 30% slower (docs/cuda-notes.md,
- * version 11). */
-#define ATT_RING_CHUNKS 16
+ * decides here (docs/cuda-notes.md, version 11): K and V both in a ring
+ * (65 KB a block) measured 2-4% faster than register loads at depths
+ * 2048-32768, K alone (33 KB) 1-4% faster again; the K+V ring beside a
+ * separate 32 KB merge buffer (97 KB), or at 3 blocks per SM, 12% and 30%
+ * slower. */
+#define ATT_RING_CHUNKS 8
 #define ATT_RING_BYTES (2 * 4 * ATT_RING_CHUNKS * 32 * 16)
 
 /* 16 bytes global -> shared, asynchronous; zeros when !on (nothing read). */
@@ -182,7 +185,7 @@ __device__ __forceinline__ void cp_async16(uint4 *dst, const void *src, bool on)
 
 __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ mu_cu_attn a) {
     extern __shared__ uint4 att_ring[];
-    /* after the loop, warp w's merge state in its own ring slots of stage 0 */
+    /* after the loop, the merge state in the ring */
     float(*so)[16][128] = reinterpret_cast<float(*)[16][128]>(att_ring);
     __shared__ float sm[4][16], sl[4][16], sf[4][16];
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
@@ -228,9 +231,8 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
 
     /* this thread's chunk c of ring stage k */
     auto slot = [&](int k, int c) { return att_ring + (((k * 4 + warp) * ATT_RING_CHUNKS + c) * 32 + lane); };
-    /* step st's fragments into stage k: K rows rb + gq (n-tile 0) and rb + 8
-     * + gq (n-tile 1), chunks 0-7; V rows rb + 2tq, +1, +8, +9, dims 16gq ..
-     * 16gq+15, chunks 8-15; rows past the run as zeros */
+    /* step st's K fragments into stage k: rows rb + gq (n-tile 0) and rb + 8
+     * + gq (n-tile 1), chunks 0-7; rows past the run as zeros */
     auto issue = [&](int64_t st, int k) {
         const int64_t rb = st * 16;
 #pragma unroll
@@ -241,31 +243,34 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
 #pragma unroll
             for (int c = 0; c < 4; c++) cp_async16(slot(k, nt * 4 + c), p + 8 * (tq + 4 * c), on);
         }
-#pragma unroll
-        for (int rr = 0; rr < 4; rr++) {
-            const int64_t i = rb + (rr >> 1) * 8 + 2 * tq + (rr & 1);
-            const bool on = i < nr;
-            const uint16_t *p = on ? vc + row_slot(lt, r0 + i, a.capacity) * row_elems + 16 * gq : vc;
-            cp_async16(slot(k, 8 + 2 * rr), p, on);
-            cp_async16(slot(k, 9 + 2 * rr), p + 8, on);
-        }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
     if (warp < steps) issue(warp, 0);
     int stage = 0;
     for (int64_t st = warp; st < steps; st += 4, stage ^= 1) {
         const int64_t rb = st * 16; /* first row of the step within the run */
+        /* V: rows rb + 2tq, +1, +8, +9; dims 16gq .. 16gq+15 (in flight during Q K^T) */
+        uint4 vw[4][2];
+#pragma unroll
+        for (int rr = 0; rr < 4; rr++) {
+            const int64_t i = rb + (rr >> 1) * 8 + 2 * tq + (rr & 1);
+            if (i < nr) {
+                const uint16_t *p = vc + row_slot(lt, r0 + i, a.capacity) * row_elems + 16 * gq;
+                vw[rr][0] = __ldg(reinterpret_cast<const uint4 *>(p));
+                vw[rr][1] = __ldg(reinterpret_cast<const uint4 *>(p + 8));
+            } else {
+                vw[rr][0] = vw[rr][1] = make_uint4(0, 0, 0, 0);
+            }
+        }
         if (st + 4 < steps) {
             issue(st + 4, stage ^ 1); /* (its slots were read into registers last step) */
             asm volatile("cp.async.wait_group 1;" ::: "memory");
         } else {
             asm volatile("cp.async.wait_group 0;" ::: "memory");
         }
-        uint4 kw[2][4], vw[4][2];
+        uint4 kw[2][4];
 #pragma unroll
         for (int c = 0; c < 8; c++) kw[c >> 2][c & 3] = *slot(stage, c);
-#pragma unroll
-        for (int rr = 0; rr < 4; rr++) vw[rr][0] = *slot(stage, 8 + 2 * rr), vw[rr][1] = *slot(stage, 9 + 2 * rr);
         float sc[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
@@ -329,7 +334,9 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
     l0 += __shfl_xor_sync(MU_FULL, l0, 2);
     l1 += __shfl_xor_sync(MU_FULL, l1, 1);
     l1 += __shfl_xor_sync(MU_FULL, l1, 2);
-    /* per-warp state to shared memory, then merge the four warps */
+    /* per-warp state to shared memory (over the ring: every warp is past
+     * its loop), then merge the four warps */
+    __syncthreads();
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         so[warp][gq][32 * tq + j] = o[j][0];
