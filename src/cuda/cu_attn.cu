@@ -383,11 +383,10 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
 extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaStream_t s) {
     const dim3 grid(a->split_cap, a->n_head_kv, a->T);
     if (use_mma) {
-        static bool ring_set[64];
+        static bool ring_set[MU_CU_MAX_DEVICES];
         int dev = 0;
-        cudaError_t e = cudaGetDevice(&dev);
+        cudaError_t e = current_device(&dev);
         if (e != cudaSuccess) return e;
-        if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
         if (!ring_set[dev]) {
             e = cudaFuncSetAttribute(attn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_RING_BYTES);
             if (e != cudaSuccess) return e;

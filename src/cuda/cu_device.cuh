@@ -471,6 +471,15 @@ __device__ __forceinline__ void splitk_owned(int64_t n_rows, int n_workers, int 
     count = end > first ? end - first : 0;
 }
 
+/* The current device's index for per-device caches (tensor parallel: one
+ * process drives several GPUs). */
+#define MU_CU_MAX_DEVICES 64
+static inline cudaError_t current_device(int *dev) {
+    const cudaError_t e = cudaGetDevice(dev);
+    if (e != cudaSuccess) return e;
+    return *dev < 0 || *dev >= MU_CU_MAX_DEVICES ? cudaErrorInvalidDevice : cudaSuccess;
+}
+
 /* Launches with the programmatic-serialization attribute when PDL is on
  * (mu_cu_set_pdl): the kernel may start while its predecessor drains. */
 template <typename... KArgs, typename... Args>

@@ -1044,13 +1044,11 @@ static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
 template <class P, int LANE, int EPI, bool QI = false>
 static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cudaStream_t s) {
     constexpr int NW = mv_warps<LANE>();
-    /* per device (tensor parallel: one process drives several GPUs) */
-    static int sms[64], fit[64];
-    static size_t fit_smem[64];
+    static int sms[MU_CU_MAX_DEVICES], fit[MU_CU_MAX_DEVICES];
+    static size_t fit_smem[MU_CU_MAX_DEVICES];
     int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    cudaError_t e = current_device(&dev);
     if (e != cudaSuccess) return e;
-    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
     if (!sms[dev]) {
         /* all the dynamic shared memory the kernel's static use leaves */
         int optin = 0;
@@ -1309,11 +1307,10 @@ __global__ void __launch_bounds__(512, 1) mvr_kernel(const __grid_constant__ mu_
 template <class P, int NR>
 static cudaError_t launch_mvr(const mu_cu_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy, int nrows,
                               cudaStream_t s) {
-    static int sms[64], fit[64];
+    static int sms[MU_CU_MAX_DEVICES], fit[MU_CU_MAX_DEVICES];
     int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    cudaError_t e = current_device(&dev);
     if (e != cudaSuccess) return e;
-    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
     if (!sms[dev]) {
         e = cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
         if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mvr_kernel<P, NR>, 512, 0);
