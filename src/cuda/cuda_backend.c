@@ -147,8 +147,9 @@ typedef struct cuda_backend {
     /* graph: one per route */
     cudaGraphExec_t graph[2];
     bool graph_ready[2], graph_broken;
-    /* tensor parallel: a rank's Wo and down write partial sums, all-reduced
-     * between the parts of the step, then the residual/norm tail runs */
+    /* tensor parallel: a rank's Wo and down write partial sums, summed over
+     * the ranks in their own tails (xr, the fused all-reduce) or by NCCL
+     * between the parts of the step, then a residual/norm tail launch */
     bool tp;
     /* the fused all-reduce (xr.n >= 1, tensor parallel with NCCL's LSA
      * mapping): Wo writes t, down t2 (two buffers: a rank still reading a
@@ -785,9 +786,10 @@ static int run_head_matvec(cuda_backend *b, int row, prof_state *p) {
 /* The decode step (T = 1) in parts: part 0 = embedding and layer 0 up to
  * Wo; part 2l+1 = layer l's FFN; part 2l+2 = layer l+1 up to Wo; part 2L =
  * the LM head. A single GPU runs all parts back to back with the tails
- * fused into Wo and down; a tensor-parallel rank writes partial sums there,
- * which are all-reduced between the parts (reduce_buffer), and the next
- * part starts with the residual/norm tail. */
+ * fused into Wo and down. So does a tensor-parallel rank with the fused
+ * all-reduce (the tails sum the ranks' partial outputs); without it, Wo
+ * and down write partial sums, NCCL all-reduces them between the parts,
+ * and the next part starts with the residual/norm tail. */
 static int decode_parts(const cuda_backend *b) { return 2 * b->m->hp.n_layer + 1; }
 
 /* The fused all-reduce (tensor parallel over NCCL's LSA mapping): the
@@ -1793,10 +1795,11 @@ static const char *cuda_describe_op(mu_backend *base) { return mu_cuda_describe(
  * over its shard of the model (engine/tp.h: its query heads and the KV
  * heads they read, a slice of the FFN, rows of the LM head), built from
  * views of the file's tensors. The decode step runs part by part on every
- * rank; between parts one all-reduce (sum) of the partial outputs of Wo or
- * of ffn down, after which each rank runs the residual/norm tail; after the
- * LM head one all-reduce (max) of the packed (logit, ~index) keys chooses
- * the token. The whole step is captured as one CUDA graph per GPU with the
+ * rank; the partial outputs of Wo and of ffn down are summed over the
+ * ranks inside those launches' residual/norm tails (tp_fuse), or, where
+ * that is unavailable, by an NCCL all-reduce between the parts followed by
+ * a tail launch on each rank; after the LM head one all-reduce (max) of
+ * the packed (logit, ~index) keys chooses the token. The whole step is captured as one CUDA graph per GPU with the
  * NCCL calls inside; a failed capture falls back to launching op by op.
  * With N = 1 the same code runs over a communicator of size 1. A chunk of
  * several tokens runs the prefill parts (tensor-core gemms) on every rank
