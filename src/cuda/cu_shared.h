@@ -93,7 +93,7 @@ typedef struct mu_cu_normout {
 typedef struct mu_cu_xrank {
     int n, rank;           /* n < 2: no meeting                             */
     uint32_t *inbox0;      /* rank 0's inbox (MU_CU_XRANK_MAX slots), LSA-mapped */
-    int64_t stride;        /* uint32 elements between two ranks' copies     */
+    int64_t stride;        /* 4-byte elements between two ranks' copies     */
     uint32_t *epoch;       /* this rank's meetings so far (device memory)   */
 } mu_cu_xrank;
 #define MU_CU_XRANK_MAX 64

@@ -155,11 +155,10 @@ typedef struct cuda_backend {
      * mapping): Wo writes t, down t2 (two buffers: a rank still reading a
      * peer's t after their meeting cannot see it overwritten before their
      * next one), and the RESNORM tail of each sums every rank's copy, read
-     * at lsa_t / lsa_t2 + rank * lsa_stride, after the ranks meet */
+     * at lsa_t / lsa_t2 + rank * xr.stride, after the ranks meet */
     mu_cu_xrank xr;
     float *t2;
     const float *lsa_t, *lsa_t2;
-    int64_t lsa_stride;
     int64_t vocab0; /* global index of this rank's first LM-head row */
     int batch_min;  /* batched decode from this many rows (0: never) */
     bool batch_mv;  /* exact lane: batched decode through B-row matvecs, not the GEMMs */
@@ -799,7 +798,7 @@ static void rank_sum(const cuda_backend *b, mu_cu_resnorm *rn, const float *lsa)
     if (b->xr.n < 2) return;
     rn->branch = lsa;
     rn->branch_parts = b->xr.n;
-    rn->part_stride = b->lsa_stride;
+    rn->part_stride = b->xr.stride; /* (floats and flags are both 4 bytes) */
     rn->xr = b->xr;
 }
 
@@ -2276,7 +2275,6 @@ static int tp_fuse(tp_backend *t) {
         r->t2 = (float *)((char *)t->sym_buf[i] + off_t2);
         r->lsa_t = (const float *)base;
         r->lsa_t2 = (const float *)(base + off_t2);
-        r->lsa_stride = stride / (int64_t)sizeof(float);
         r->xr.n = t->n;
         r->xr.rank = i;
         r->xr.inbox0 = (uint32_t *)(base + off_inbox);
