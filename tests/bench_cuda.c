@@ -4,6 +4,8 @@
  * size of the effects). The benchmark proper is `muser bench --backend cuda`.
  *
  *   bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]
+ *   bench_cuda --chain   (no model: what a launch boundary costs a streaming
+ *                         chain, against a grid barrier in one launch)
  *
  * --quick times the default and one variant only, twice, alternating: the
  * lab flags FLAGS (MU_CU_LAB_*; default: short K-quant rows not packed).
@@ -15,6 +17,7 @@
 
 #include "cuda/cu_shared.h"
 #include "cuda/cuda_api.h"
+#include "cuda/cuda_test.h"
 #include "engine/engine.h"
 #include "muser.h"
 
@@ -50,6 +53,57 @@ static int time_decode(mu_backend *b, int64_t depth, int n, double *ms) {
     return 0;
 }
 
+/* --chain: a decode layer's streaming shape (qkv, Wo, gate/up, down of the
+ * 30B's fast lane, MB) as a chain of launches: bytes in flight per warp
+ * (loads per lane, batches ahead in shared memory), arithmetic per batch
+ * and the matvec's serial parts varied; then one persistent launch with
+ * and without grid barriers. */
+static int run_chain(void) {
+    static const double layer30[4] = {33, 15.5, 150, 109}, rank2[4] = {17, 8, 75, 55};
+    static const int kernels[][2] = {{4, 0}, {4, 1}, {4, 2}, {4, 3}, {5, 0}, {5, 1}, {5, 2}, {8, 0}, {8, 1}};
+    if (mu_cuda_probe() != 0) {
+        fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+        return 1;
+    }
+    printf("| shape | loads/lane | batches ahead (smem) | work | stage+tail us | ms PDL | ms no PDL | GB/s PDL |\n"
+           "|---|---:|---:|---:|---|---:|---:|---:|\n");
+    for (int sh = 0; sh < 2; sh++)
+        for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++)
+            for (int work = 0; work <= 40; work += 40)
+                for (int ser = 0; ser < 2; ser++) {
+                    if (sh == 1 && (kernels[k][0] != 5 || work == 0)) continue;
+                    mu_cuda_lab_chain_cfg cfg = {{0}, 52, kernels[k][0], kernels[k][1], work, 7, 0, 0, 0};
+                    memcpy(cfg.seg_mb, sh ? rank2 : layer30, sizeof cfg.seg_mb);
+                    if (ser) cfg.stage_us = 1.4, cfg.tail_us = 4.0;
+                    mu_cuda_lab_chain_result r;
+                    if (mu_cuda_lab_chain(&cfg, &r) != 0) {
+                        fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+                        return 1;
+                    }
+                    printf("| %s | %d | %d | %d | %s | %.3f | %.3f | %.0f |\n", sh ? "rank of 2" : "30B layer x13",
+                           cfg.nb, cfg.depth, work, ser ? "1.4+4.0" : "0", r.ms[0], r.ms[1],
+                           r.gb / (r.ms[0] * 1e-3));
+                    fflush(stdout);
+                }
+    static const char *names[5] = {"graph, launch per segment, PDL", "graph, launch per segment, no PDL",
+                                   "one launch, no barrier (floor)", "one launch, grid barriers",
+                                   "one launch, barriers, next loads before each"};
+    printf("\n| loads/lane | work | variant | ms | GB/s | us per boundary over the floor |\n|---:|---:|---|---:|---:|---:|\n");
+    for (int work = 0; work <= 40; work += 40) {
+        mu_cuda_lab_chain_cfg cfg = {{0}, 52, 8, 0, work, 7, 1, 0, 0};
+        memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
+        mu_cuda_lab_chain_result r;
+        if (mu_cuda_lab_chain(&cfg, &r) != 0) {
+            fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+            return 1;
+        }
+        for (int v = 0; v < 5; v++)
+            printf("| 8 | %d | %s | %.3f | %.0f | %.2f |\n", work, names[v], r.ms[v], r.gb / (r.ms[v] * 1e-3),
+                   (r.ms[v] - r.ms[2]) * 1e3 / (cfg.segs - 1));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *model_path = NULL;
     muser_lane lane = MUSER_LANE_FAST;
@@ -64,14 +118,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--depth") && v) depth = atoll(v), i++;
         else if (!strcmp(a, "--gen") && v) gen = atoi(v), i++;
         else if (!strcmp(a, "--quick")) quick = true;
+        else if (!strcmp(a, "--chain")) return run_chain();
         else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), i++;
         else {
-            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]\n");
+            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]] | --chain\n");
             return 2;
         }
     }
     if (!model_path || gen < 1) {
-        fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]\n");
+        fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]] | --chain\n");
         return 2;
     }
     muser_model *m = NULL;

@@ -28,13 +28,43 @@
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+/* An L2 policy that makes the lines a load brings in the first to be
+ * evicted: weight bytes are read once per token, and without it the
+ * gigabytes streamed through L2 evict the small vectors the serial parts
+ * read (the residual, the norm weights, a launch's branch outputs), whose
+ * loads then wait on DRAM. Pure, so the compiler shares one per kernel. */
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
 /* Streaming 16-byte weight load: read-only path, no L1 allocation (each
- * weight byte is read once per token). volatile keeps it before the wait. */
+ * weight byte is read once per token), evicted first from L2. volatile
+ * keeps it before the wait. */
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
+                 : "l"(p), "l"(l2_evict_first()));
+    return v;
+}
+/* The same for the small per-block weight records (K-quant meta, Q6_K d). */
+__device__ __forceinline__ uint4 ld_weight16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(l2_evict_first()));
+    return v;
+}
+__device__ __forceinline__ uint2 ld_weight8(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(l2_evict_first()));
+    return v;
+}
+__device__ __forceinline__ uint16_t ld_weight2(const void *p) {
+    uint16_t v;
+    asm volatile("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(l2_evict_first()));
     return v;
 }
 

@@ -130,14 +130,14 @@ __device__ __forceinline__ void kq_load(KqLane<uint4> &L, const mu_cu_weight &w,
 #pragma unroll
     for (int i = 0; i < 4; i++) L.q[i] = ld_stream(qs + kq_qs_off(b, c0, i));
     if (TYPE == MU_TYPE_Q6_K) {
-        const uint2 m = __ldg(reinterpret_cast<const uint2 *>(w.meta + rb * 16) + 2 * b + c0);
+        const uint2 m = ld_weight8(reinterpret_cast<const uint2 *>(w.meta + rb * 16) + 2 * b + c0);
         L.m = make_uint4(m.x, m.y, 0u, 0u);
         const uint8_t *qh = w.qh + rb * 64 + (uint32_t)b * 64u + 32u * (uint32_t)c0;
         L.h[0] = ld_stream(qh);
         L.h[1] = ld_stream(qh + 16);
-        L.d = __ldg(w.d + rb + b);
+        L.d = ld_weight2(w.d + rb + b);
     } else {
-        L.m = __ldg(reinterpret_cast<const uint4 *>(w.meta + rb * 16) + b);
+        L.m = ld_weight16(reinterpret_cast<const uint4 *>(w.meta + rb * 16) + b);
         if (TYPE == MU_TYPE_Q5_K) L.h[0] = ld_stream(w.qh + rb * 32 + (uint32_t)b * 32u + 16u * (uint32_t)c0);
     }
 }

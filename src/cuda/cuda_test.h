@@ -69,6 +69,28 @@ typedef struct mu_cuda_test_attn {
 } mu_cuda_test_attn;
 int mu_cuda_test_attention(const mu_cuda_test_attn *a);
 
+/* Timing probe (bench_cuda --chain; cu_lab.cu): segs streaming segments of
+ * seg_mb[s % 4] MB each (distinct regions, 16-byte loads, nb per lane per
+ * warp batch; the first batch in registers before the wait and depth more
+ * in shared memory by cp.async), work x 4 multiply-adds per batch, stage_us
+ * of latency in every block after the wait and tail_us in the last block
+ * (the matvec's serial parts). ms per chain, median of reps: [0] one launch
+ * per segment in a graph with PDL, [1] the same without PDL; persistent:
+ * also [2] one launch without barriers (the streaming floor), [3] with a
+ * grid barrier between segments, [4] the barrier with each warp's first
+ * loads of the next segment issued before it (no stage/tail, depth 0). */
+typedef struct mu_cuda_lab_chain_cfg {
+    double seg_mb[4];
+    int segs, nb, depth, work, reps, persistent;
+    double stage_us, tail_us;
+} mu_cuda_lab_chain_cfg;
+typedef struct mu_cuda_lab_chain_result {
+    double ms[5];
+    double gb; /* bytes streamed per chain */
+    int sms;
+} mu_cuda_lab_chain_result;
+int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_chain_result *out);
+
 #ifdef __cplusplus
 }
 #endif
