@@ -796,9 +796,9 @@ __device__ __noinline__ void xrank_meet(const mu_cu_xrank &x) {
                 if (t - t0 > 20000000000ull) __trap();
             }
         }
+        asm volatile("fence.acq_rel.sys;" ::: "memory"); /* (thread 0's acquire covers the block via the barrier) */
     }
     __syncthreads();
-    asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
 /* QI: the fast lane's input is quantized while it is staged (mu_cu_mv.quant_input;
@@ -981,19 +981,22 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
     }
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
-        /* the last block to finish runs the residual + norm tail */
+        /* the last block to finish runs the residual + norm tail. Only
+         * thread 0 fences (the grid barrier's pattern): the barrier orders
+         * the block's writes before its release, and its acquire before the
+         * block's reads (before: a fence in every warp, then in every
+         * thread of the last block) */
         __shared__ int is_last;
-        if (lane == 0) fence_acq_rel();
         __syncthreads();
         if (threadIdx.x == 0) {
             fence_acq_rel();
             const unsigned prev = atomicAdd(a.counter, 1u);
             is_last = prev == gridDim.x - 1;
+            if (is_last) fence_acq_rel();
         }
         __syncthreads();
         if (is_last && a.rn.xr.n > 1) xrank_meet(a.rn.xr); /* every rank's branch is complete */
         if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
-            fence_acq_rel();
             __shared__ __align__(16) float tail_sv[TAIL_MAXN];
             resnorm_block<NW>(a.rn, 0, tail_sv);
         }
