@@ -4,6 +4,7 @@
  * size of the effects). The benchmark proper is `muser bench --backend cuda`.
  *
  *   bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]
+ *   bench_cuda -m MODEL --stamps [--depth D]   (where the residual/norm tails' time goes)
  *   bench_cuda --chain   (no model: what a launch boundary costs a streaming
  *                         chain, against a grid barrier in one launch)
  *
@@ -104,12 +105,50 @@ static int run_chain(void) {
     return 0;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* --stamps: the tails' clock stamps over a few tokens, medians per part
+ * count (1: Wo, more: ffn down's parts or the ranks). */
+static int run_stamps(mu_backend *b, int64_t depth, unsigned extra) {
+    enum { MAXR = 1024, C = MU_CU_TAIL_STAMP_COLS };
+    static unsigned long long rows[MAXR][C], col[MAXR];
+    double ms = 0;
+    mu_cu_set_matvec_lab(MU_CU_LAB_TAIL_STAMPS | extra);
+    mu_cuda_set_options(b, -1, -1, -1, -1); /* recapture with the flag */
+    if (time_decode(b, depth, 1, &ms) != 0 || mu_cu_lab_tail_stamps(&rows[0][0], 0) < 0) return 1; /* (clears) */
+    if (time_decode(b, depth, 3, &ms) != 0) return 1;
+    const int n = mu_cu_lab_tail_stamps(&rows[0][0], MAXR);
+    mu_cu_set_matvec_lab(0);
+    if (n < 0) return 1;
+    static const char *what[] = {"handshake (fence, counter)", "meeting (tensor parallel)", "loads + first sum",
+                                 "second sum", "stores"};
+    printf("tails stamped: %d (depth %lld, lab flags %u)\n| parts | segment | median SM cycles |\n|---:|---|---:|\n", n,
+           (long long)depth, extra);
+    for (unsigned long long parts = 1; parts <= 8; parts++) {
+        int m = 0;
+        for (int i = 0; i < n; i++) m += rows[i][0] == parts;
+        if (!m) continue;
+        for (int seg = 0; seg < 6; seg++) {
+            int k = 0;
+            for (int i = 0; i < n; i++)
+                if (rows[i][0] == parts)
+                    col[k++] = seg < 5 ? rows[i][seg + 2] - rows[i][seg + 1] : rows[i][8] - rows[i][7];
+            qsort(col, (size_t)k, sizeof col[0], cmp_u64);
+            printf("| %llu | %s | %llu |\n", parts, seg < 5 ? what[seg] : "tail body, globaltimer ns", col[k / 2]);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *model_path = NULL;
     muser_lane lane = MUSER_LANE_FAST;
     int gen = 32;
     int64_t depth = 0;
-    bool quick = false;
+    bool quick = false, stamps = false, alt_set = false;
     unsigned alt = MU_CU_LAB_NO_PACK;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -119,7 +158,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gen") && v) gen = atoi(v), i++;
         else if (!strcmp(a, "--quick")) quick = true;
         else if (!strcmp(a, "--chain")) return run_chain();
-        else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), i++;
+        else if (!strcmp(a, "--stamps")) stamps = true;
+        else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), alt_set = true, i++;
         else {
             fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]] | --chain\n");
             return 2;
@@ -148,6 +188,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("backend: %s\n", mu_cuda_describe(b));
+    if (stamps) {
+        const int rc = run_stamps(b, depth, alt_set ? alt : 0u);
+        if (rc) fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+        b->ops->free(b);
+        muser_model_free(m);
+        return rc;
+    }
     const double gb = (double)mu_cuda_weight_bytes(b) / 1e9;
     /* blocks/SM (0: all that fit), PDL, graph, prefetch level before the wait,
      * lab flags (parts of the matvec left out: timing only, wrong logits),

@@ -274,9 +274,23 @@ __device__ void resnorm_block_wide(const mu_cu_resnorm &rn, int64_t t) {
     }
 }
 
-/* sv: TAIL_MAXN floats of shared memory (16-byte aligned) for h. */
+/* Lab (MU_CU_LAB_TAIL_STAMPS): rows of the tails' clock stamps. */
+#define TAIL_STAMP_ROWS 1024
+__device__ unsigned long long g_tail_stamps[TAIL_STAMP_ROWS][MU_CU_TAIL_STAMP_COLS];
+__device__ unsigned g_tail_rows;
+__device__ __forceinline__ void tail_stamp(unsigned long long *st, int k) {
+    if (st && threadIdx.x == 0) st[k] = clock64();
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* sv: TAIL_MAXN floats of shared memory (16-byte aligned) for h; stamp:
+ * the lab's stamp row (block-uniform), or null. */
 template <int NW>
-__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
+__device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv, unsigned long long *stamp = nullptr) {
     constexpr int TAIL_PER = (TAIL_MAXN + NW * 128 - 1) / (NW * 128); /* float4 chunks per thread */
     __shared__ float red[33];
     if (rn.n > TAIL_MAXN || blockDim.x != NW * 32) {
@@ -333,6 +347,7 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
     float ss2 = 0.f;
     if (br) {
         const float r1 = wp ? 1.0f / sqrtf(block_sum(st, red) / (float)n + rn.eps_post) : 1.0f;
+        tail_stamp(stamp, 4);
         TAIL_FOR(k, e) {
             float4 add = tv[k];
             if (wp) {
@@ -353,6 +368,7 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
         if (!rn.embd_norm) ss2 = ss;
     }
     const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + rn.eps_next);
+    tail_stamp(stamp, 5);
     TAIL_FOR(k, e) {
         const float4 hv = s4[e / 4];
         if (br || rn.embd_norm) *reinterpret_cast<float4 *>(h + e) = hv;
@@ -364,6 +380,11 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
             o[0] = f32_to_f16(a.x), o[1] = f32_to_f16(a.y), o[2] = f32_to_f16(a.z), o[3] = f32_to_f16(a.w);
         }
         if (rn.out.q) quantize4(a, e, rn.out.q + off, rn.out.ds + off / 16 * 2);
+    }
+    if (stamp) {
+        __syncthreads();
+        tail_stamp(stamp, 6);
+        if (threadIdx.x == 0) stamp[8] = global_ns();
     }
 #undef TAIL_FOR
 }
@@ -987,21 +1008,50 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
          * block's reads (before: a fence in every warp, then in every
          * thread of the last block) */
         __shared__ int is_last;
+        __shared__ unsigned long long *stamp_row; /* (block-uniform: the tail syncs on it) */
         __syncthreads();
+        const unsigned long long c0 = clock64();
         if (threadIdx.x == 0) {
+            stamp_row = nullptr;
             fence_acq_rel();
             const unsigned prev = atomicAdd(a.counter, 1u);
             is_last = prev == gridDim.x - 1;
             if (is_last) fence_acq_rel();
+            if (is_last && (a.lab & MU_CU_LAB_TAIL_STAMPS)) {
+                const unsigned row = atomicAdd(&g_tail_rows, 1u);
+                if (row < TAIL_STAMP_ROWS) {
+                    stamp_row = g_tail_stamps[row];
+                    stamp_row[0] = (unsigned long long)a.rn.branch_parts;
+                    stamp_row[1] = c0;
+                    stamp_row[2] = clock64();
+                }
+            }
         }
         __syncthreads();
+        unsigned long long *const stamp = stamp_row;
         if (is_last && a.rn.xr.n > 1) xrank_meet(a.rn.xr); /* every rank's branch is complete */
         if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
             __shared__ __align__(16) float tail_sv[TAIL_MAXN];
-            resnorm_block<NW>(a.rn, 0, tail_sv);
+            tail_stamp(stamp, 3);
+            if (stamp && threadIdx.x == 0) stamp[7] = global_ns();
+            resnorm_block<NW>(a.rn, 0, tail_sv, stamp);
         }
         if (is_last && threadIdx.x == 0) *a.counter = 0u;
     }
+}
+
+extern "C" int mu_cu_lab_tail_stamps(unsigned long long *out, int max_rows) {
+    unsigned rows = 0;
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&rows, g_tail_rows, sizeof rows) != cudaSuccess)
+        return -1;
+    if (rows > TAIL_STAMP_ROWS) rows = TAIL_STAMP_ROWS;
+    if ((int)rows > max_rows) rows = (unsigned)max_rows;
+    if (rows && cudaMemcpyFromSymbol(out, g_tail_stamps, sizeof(unsigned long long) * MU_CU_TAIL_STAMP_COLS * rows) !=
+                    cudaSuccess)
+        return -1;
+    const unsigned zero = 0;
+    if (cudaMemcpyToSymbol(g_tail_rows, &zero, sizeof zero) != cudaSuccess) return -1;
+    return (int)rows;
 }
 
 static int g_occupancy = 0; /* blocks per SM; 0: as many as fit */

@@ -281,7 +281,15 @@ enum {
     MU_CU_LAB_NO_TAIL_PREFETCH = 32, /* RESNORM: no L2 prefetch of h and the norm weights at the start */
     MU_CU_LAB_NO_PACK = 64,        /* short K-quant row-dots one per batch, not packed */
     MU_CU_LAB_EVEN_ROUNDS = 128,   /* every launch as mu_cu_mv.even_rounds (the fewest warps that keep the rounds) */
+    MU_CU_LAB_TAIL_STAMPS = 256,   /* the RESNORM tails record clock stamps (mu_cu_lab_tail_stamps) */
 };
+/* The tails' stamps since the last call (then cleared), rows of
+ * MU_CU_TAIL_STAMP_COLS: parts, then SM clocks at the block's handshake
+ * start, the last-block decision, the tail's start, after its loads and
+ * first sum, after its second sum, after its stores; then globaltimer
+ * (ns) at the tail's start and end. Returns the rows written. */
+#define MU_CU_TAIL_STAMP_COLS 9
+int mu_cu_lab_tail_stamps(unsigned long long *out, int max_rows);
 void mu_cu_set_matvec_lab(unsigned flags);
 unsigned mu_cu_get_matvec_lab(void);
 

@@ -1,0 +1,293 @@
+/* cu_lab.cu — a timing probe for a design question (bench_cuda --chain); the
+ * engine does not use it. Question: what does a launch boundary cost a chain
+ * of streaming launches shaped like a decode layer, against a grid-wide
+ * barrier inside one persistent launch (with or without each warp's next
+ * loads issued before the barrier)? The streams read distinct regions of a
+ * buffer larger than L2, 16-byte loads, one block of 32 warps per SM (the
+ * matvec's shape). */
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda/cu_device.cuh"
+#include "cuda/cuda_test.h"
+
+extern "C" int mu_fail(int status, const char *fmt, ...);
+
+#define LAB_WARPS 32
+
+namespace {
+
+struct LabChain {
+    const uint4 *base;   /* regions[i] = base + region_elems * i */
+    int64_t region_elems;
+    int regions;
+    int64_t batches[4];  /* warp batches per segment, cycling (a layer's shape) */
+    int segs;
+    int work;            /* arithmetic per batch: 4 independent multiply-adds per unit */
+    uint32_t stage_ns;   /* every block, after the wait (the input staging) */
+    uint32_t tail_ns;    /* the last block, at the end (the residual/norm tail) */
+    unsigned *counter;
+};
+
+__device__ __forceinline__ const uint4 *lab_seg_src(const LabChain &c, int s) {
+    return c.base + c.region_elems * (s % c.regions);
+}
+
+template <int NB>
+__device__ __forceinline__ void lab_load(uint4 (&r)[NB], const uint4 *src, int64_t batch, int lane) {
+    const uint4 *p = src + batch * (32 * NB) + lane;
+#pragma unroll
+    for (int i = 0; i < NB; i++) r[i] = ld_stream(p + 32 * i);
+}
+
+/* The same batch into this lane's slots of shared memory (cp.async, L2 only). */
+template <int NB>
+__device__ __forceinline__ void lab_copy(uint4 *slot, const uint4 *src, int64_t batch, int lane, bool on) {
+    const uint4 *p = src + batch * (32 * NB) + lane;
+#pragma unroll
+    for (int i = 0; i < NB; i++) {
+        const uint32_t d = (uint32_t)__cvta_generic_to_shared(slot + 32 * i + lane);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(p + 32 * i), "r"(on ? 16 : 0)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int NB>
+__device__ __forceinline__ unsigned lab_fold(const uint4 (&r)[NB], int work) {
+    unsigned a = 0, b = 1, c = 2, d = 3;
+#pragma unroll
+    for (int i = 0; i < NB; i++) a ^= r[i].x, b ^= r[i].y, c ^= r[i].z, d ^= r[i].w;
+#pragma unroll 1
+    for (int j = 0; j < work; j++)
+        a = a * 0x9E3779B1u + b, b = b * 0x85EBCA77u + c, c = c * 0xC2B2AE3Du + d, d = d * 0x27D4EB2Fu + a;
+    return a ^ b ^ c ^ d;
+}
+
+__device__ __forceinline__ void lab_spin(uint32_t ns) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+}
+
+/* One segment per launch (launched in a graph, with or without PDL). The
+ * warp's first batch goes into registers and its next DEPTH batches into
+ * its shared-memory slots before the wait; after it, each batch taken from
+ * a slot is replaced by the one DEPTH batches later. */
+template <int NB, int DEPTH>
+__global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_seg_kernel(const __grid_constant__ LabChain c, int s,
+                                                                   unsigned *sink) {
+    extern __shared__ uint4 lab_ring[];
+    pdl_trigger();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t W = (int64_t)gridDim.x * LAB_WARPS, gw = (int64_t)blockIdx.x * LAB_WARPS + warp;
+    const int64_t nb = c.batches[s & 3];
+    const uint4 *src = lab_seg_src(c, s);
+    uint4 *my = lab_ring + (size_t)warp * (DEPTH > 0 ? DEPTH : 1) * NB * 32;
+    uint4 r[NB];
+    if (gw < nb) lab_load(r, src, gw, lane); /* before the wait, as the matvec */
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++) lab_copy<NB>(my + d * NB * 32, src, gw + (d + 1) * W, lane, gw + (d + 1) * W < nb);
+    pdl_wait();
+    if (c.stage_ns) lab_spin(c.stage_ns);
+    unsigned acc = 0;
+    int slot = 0;
+    for (int64_t b = gw; b < nb;) {
+        acc ^= lab_fold(r, c.work);
+        b += W;
+        if (b >= nb) break;
+        if constexpr (DEPTH == 0) {
+            lab_load(r, src, b, lane);
+        } else {
+            asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
+            const uint4 *sl = my + slot * NB * 32;
+#pragma unroll
+            for (int i = 0; i < NB; i++) r[i] = sl[32 * i + lane];
+            const int64_t bn = b + DEPTH * W;
+            lab_copy<NB>(my + slot * NB * 32, src, bn, lane, bn < nb);
+            slot = slot + 1 == DEPTH ? 0 : slot + 1;
+        }
+    }
+    if (DEPTH) asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if (acc == 0x9E3779B9u) *sink = acc; /* keeps the loads */
+    if (c.tail_ns) {
+        __shared__ bool last;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            last = atomicAdd(c.counter, 1u) == gridDim.x - 1;
+            if (last) {
+                lab_spin(c.tail_ns);
+                *c.counter = 0u;
+            }
+        }
+    }
+}
+
+/* Every segment in one launch. mode 0: no barrier (the streaming floor);
+ * 1: a grid barrier between segments; 2: the barrier with each warp's first
+ * batch of the next segment loaded before it. bar counts arrivals (zeroed
+ * before the launch). */
+template <int NB>
+__global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_persistent_kernel(const __grid_constant__ LabChain c, int mode,
+                                                                          unsigned *bar, unsigned *sink) {
+    const int lane = threadIdx.x & 31;
+    const int64_t W = (int64_t)gridDim.x * LAB_WARPS, gw = (int64_t)blockIdx.x * LAB_WARPS + (threadIdx.x >> 5);
+    uint4 r[NB];
+    unsigned acc = 0;
+    if (gw < c.batches[0]) lab_load(r, lab_seg_src(c, 0), gw, lane);
+    for (int s = 0; s < c.segs; s++) {
+        const int64_t nb = c.batches[s & 3];
+        const uint4 *src = lab_seg_src(c, s);
+        for (int64_t b = gw; b < nb;) {
+            acc ^= lab_fold(r, c.work);
+            b += W;
+            if (b < nb) lab_load(r, src, b, lane);
+        }
+        if (s + 1 == c.segs) break;
+        const int64_t nn = c.batches[(s + 1) & 3];
+        const uint4 *nxt = lab_seg_src(c, s + 1);
+        if (mode == 2 && gw < nn) lab_load(r, nxt, gw, lane);
+        if (mode >= 1) {
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                const unsigned target = (unsigned)(s + 1) * gridDim.x;
+                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+                unsigned v;
+                do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+                while (v < target);
+            }
+            __syncthreads();
+        }
+        if (mode != 2 && gw < nn) lab_load(r, nxt, gw, lane);
+    }
+    if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+__global__ void lab_fill_kernel(uint4 *p, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = make_uint4((unsigned)i, (unsigned)(i >> 7) ^ 0x55u, 3u * (unsigned)i, ~(unsigned)i);
+}
+
+typedef void (*lab_seg_fn)(LabChain, int, unsigned *);
+
+/* The segment kernel of (nb, depth), or null when not built. */
+lab_seg_fn lab_seg_pick(int nb, int depth) {
+#define LAB_PICK(N, D) \
+    if (nb == N && depth == D) return lab_seg_kernel<N, D>;
+    LAB_PICK(4, 0) LAB_PICK(4, 1) LAB_PICK(4, 2) LAB_PICK(4, 3)
+    LAB_PICK(5, 0) LAB_PICK(5, 1) LAB_PICK(5, 2)
+    LAB_PICK(8, 0) LAB_PICK(8, 1)
+#undef LAB_PICK
+    return nullptr;
+}
+
+} // namespace
+
+#define LCK(call)                                                                                                     \
+    do {                                                                                                              \
+        cudaError_t e_ = (call);                                                                                      \
+        if (e_ != cudaSuccess) {                                                                                      \
+            rc = mu_fail(-8, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                    \
+            goto done;                                                                                                \
+        }                                                                                                             \
+    } while (0)
+
+extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_chain_result *out) {
+    int rc = 0, dev = 0, sms = 0;
+    uint4 *buf = nullptr;
+    unsigned *bar = nullptr, *sink = nullptr;
+    cudaStream_t st = nullptr;
+    cudaGraph_t graph[2] = {nullptr, nullptr};
+    cudaGraphExec_t exec[2] = {nullptr, nullptr};
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    LabChain c = {};
+    const int nbl = cfg->nb;
+    const int64_t batch_elems = 32 * nbl; /* uint4 per warp batch */
+    int64_t region = 0;
+    double total_bytes = 0;
+    std::vector<float> t;
+    const bool pdl_was = mu_cu_get_pdl();
+    const lab_seg_fn seg = lab_seg_pick(cfg->nb, cfg->depth);
+    void (*pers)(LabChain, int, unsigned *, unsigned *) =
+        nbl == 4 ? lab_persistent_kernel<4> : nbl == 5 ? lab_persistent_kernel<5> : lab_persistent_kernel<8>;
+    const size_t smem = (size_t)LAB_WARPS * (cfg->depth > 0 ? cfg->depth : 0) * batch_elems * 16;
+    memset(out, 0, sizeof *out);
+    if (!seg || cfg->segs < 2) return mu_fail(-2, "lab chain: no kernel for %d loads per lane at depth %d", cfg->nb, cfg->depth);
+    LCK(cudaGetDevice(&dev));
+    LCK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    for (int i = 0; i < 4; i++) {
+        c.batches[i] = std::max<int64_t>(1, (int64_t)(cfg->seg_mb[i] * 1e6 / (16.0 * batch_elems)));
+        region = std::max(region, c.batches[i] * batch_elems);
+    }
+    c.segs = cfg->segs;
+    c.work = cfg->work;
+    c.stage_ns = (uint32_t)(cfg->stage_us * 1e3);
+    c.tail_ns = (uint32_t)(cfg->tail_us * 1e3);
+    c.regions = (int)std::max<int64_t>(4, (int64_t)(2e9 / (16.0 * region))); /* 2 GB: no L2 reuse */
+    c.region_elems = region;
+    for (int s = 0; s < c.segs; s++) total_bytes += 16.0 * batch_elems * c.batches[s & 3];
+    LCK(cudaMalloc(&buf, (size_t)(16 * region) * c.regions));
+    LCK(cudaMalloc(&bar, 64));
+    LCK(cudaMalloc(&sink, 64));
+    LCK(cudaMemset(bar, 0, 64));
+    c.base = buf;
+    c.counter = bar + 8;
+    LCK(cudaFuncSetAttribute(seg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    LCK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    LCK(cudaEventCreate(&e0));
+    LCK(cudaEventCreate(&e1));
+    lab_fill_kernel<<<1024, 256, 0, st>>>(buf, region * c.regions);
+    LCK(cudaGetLastError());
+    /* graphs of one launch per segment: [0] with PDL, [1] without */
+    for (int g = 0; g < 2; g++) {
+        mu_cu_set_pdl(g == 0);
+        LCK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int s = 0; s < c.segs; s++) {
+            const cudaError_t e = launch_pdl(seg, dim3(sms), dim3(LAB_WARPS * 32), smem, st, c, s, sink);
+            if (e != cudaSuccess) {
+                cudaStreamEndCapture(st, &graph[g]);
+                LCK(e);
+            }
+        }
+        LCK(cudaStreamEndCapture(st, &graph[g]));
+        LCK(cudaGraphInstantiate(&exec[g], graph[g], 0));
+    }
+    /* variants: 0 graph+PDL, 1 graph, 2 persistent no barrier, 3 barrier, 4 barrier + preload */
+    for (int v = 0; v < (cfg->persistent ? 5 : 2); v++) {
+        t.clear();
+        for (int r = 0; r < cfg->reps + 1; r++) {
+            LCK(cudaMemsetAsync(bar, 0, 4, st));
+            LCK(cudaEventRecord(e0, st));
+            if (v < 2) {
+                LCK(cudaGraphLaunch(exec[v], st));
+            } else {
+                pers<<<sms, LAB_WARPS * 32, 0, st>>>(c, v - 2, bar, sink);
+                LCK(cudaGetLastError());
+            }
+            LCK(cudaEventRecord(e1, st));
+            LCK(cudaEventSynchronize(e1));
+            float ms = 0;
+            LCK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r) t.push_back(ms); /* the first is a warm-up */
+        }
+        std::sort(t.begin(), t.end());
+        out->ms[v] = t[t.size() / 2];
+    }
+    out->gb = total_bytes / 1e9;
+    out->sms = sms;
+done:
+    mu_cu_set_pdl(pdl_was);
+    for (int g = 0; g < 2; g++) {
+        if (exec[g]) cudaGraphExecDestroy(exec[g]);
+        if (graph[g]) cudaGraphDestroy(graph[g]);
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (st) cudaStreamDestroy(st);
+    cudaFree(buf);
+    cudaFree(bar);
+    cudaFree(sink);
+    return rc;
+}
