@@ -788,20 +788,23 @@ __device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gp
 
 /* The ranks of a tensor-parallel step meet (one block of each): this
  * rank's writes, which its block has acquired from the other blocks, are
- * released to the system; each rank's slot in every other rank's inbox is
- * raised to the new epoch; the block waits until every other rank's slot
- * in its own inbox has reached it. The peers' data is then read through
- * the LSA mapping. A peer missing for 20 s (a failed launch on its GPU)
- * traps: an error, not a hang. */
-__device__ __noinline__ void xrank_meet(const mu_cu_xrank &x) {
+ * released to the system (one fence, then relaxed stores: the release
+ * pattern); each rank's slot in every other rank's inbox is raised to the
+ * new epoch; the block waits until every other rank's slot in its own
+ * inbox has reached it (relaxed polls, one acquire fence after). The
+ * peers' data is then read through the LSA mapping. epoch: this rank's
+ * count before the meeting (thread 0 loaded it during the handshake). A
+ * peer missing for 20 s (a failed launch on its GPU) traps: an error, not
+ * a hang. */
+__device__ __noinline__ void xrank_meet(const mu_cu_xrank &x, uint32_t epoch) {
     if (threadIdx.x == 0) {
-        const uint32_t e = *x.epoch + 1u;
+        const uint32_t e = epoch + 1u;
         *x.epoch = e;
         asm volatile("fence.acq_rel.sys;" ::: "memory");
         for (int p = 0; p < x.n; p++) {
             if (p == x.rank) continue;
             uint32_t *slot = x.inbox0 + (int64_t)p * x.stride + x.rank;
-            asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(slot), "r"(e) : "memory");
+            asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(slot), "r"(e) : "memory");
         }
         uint64_t t0;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -810,7 +813,7 @@ __device__ __noinline__ void xrank_meet(const mu_cu_xrank &x) {
             const uint32_t *slot = x.inbox0 + (int64_t)x.rank * x.stride + p;
             for (;;) {
                 uint32_t got;
-                asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(got) : "l"(slot) : "memory");
+                asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(got) : "l"(slot) : "memory");
                 if ((int32_t)(got - e) >= 0) break;
                 uint64_t t;
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -1011,8 +1014,10 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         __shared__ unsigned long long *stamp_row; /* (block-uniform: the tail syncs on it) */
         __syncthreads();
         const unsigned long long c0 = clock64();
+        uint32_t epoch = 0; /* (thread 0: loaded here, its latency under the handshake's) */
         if (threadIdx.x == 0) {
             stamp_row = nullptr;
+            if (a.rn.xr.n > 1) epoch = *reinterpret_cast<volatile uint32_t *>(a.rn.xr.epoch);
             fence_acq_rel();
             const unsigned prev = atomicAdd(a.counter, 1u);
             is_last = prev == gridDim.x - 1;
@@ -1029,7 +1034,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
         __syncthreads();
         unsigned long long *const stamp = stamp_row;
-        if (is_last && a.rn.xr.n > 1) xrank_meet(a.rn.xr); /* every rank's branch is complete */
+        if (is_last && a.rn.xr.n > 1) xrank_meet(a.rn.xr, epoch); /* every rank's branch is complete */
         if (is_last && !(a.lab & MU_CU_LAB_NO_TAIL)) {
             __shared__ __align__(16) float tail_sv[TAIL_MAXN];
             tail_stamp(stamp, 3);
