@@ -79,11 +79,11 @@ static bool session_fused(muser_session *s) {
 }
 
 /* The mode asked for (MUSER_TP_FUSED) is the mode a session over gpus GPUs
- * runs, where the GPUs can reach each other's memory. */
+ * runs, where the GPUs can reach each other's memory; one GPU never fuses
+ * (nothing to reduce). */
 static void check_mode(muser_model *m, int gpus, bool fused) {
-    if (gpus < 2) return;
     int peer = 0;
-    cudaDeviceCanAccessPeer(&peer, 0, 1);
+    if (gpus > 1) cudaDeviceCanAccessPeer(&peer, 0, 1);
     muser_session_params sp = muser_session_default_params();
     sp.backend = MUSER_BACKEND_CUDA;
     sp.gpus = gpus;
@@ -98,7 +98,8 @@ static void check_mode(muser_model *m, int gpus, bool fused) {
     const bool got = session_fused(s);
     if (fused && peer) CHECKF(got, "GPUs 0 and 1 reach each other's memory, yet the tails are not fused");
     if (!fused) CHECKF(!got, "MUSER_TP_FUSED=0, yet the tails are fused");
-    if (fused && !peer) printf("  (no peer access between GPUs 0 and 1: NCCL's all-reduce runs)\n");
+    if (gpus == 1) CHECKF(!got, "one GPU, yet the tails are fused");
+    if (fused && !peer && gpus > 1) printf("  (no peer access between GPUs 0 and 1: NCCL's all-reduce runs)\n");
     muser_session_free(s);
 }
 
@@ -109,7 +110,13 @@ static float *decode_all(muser_model *m, int gpus, muser_lane lane, muser_kv_typ
     if (!s) return NULL;
     float *out = malloc(sizeof(float) * (size_t)n * V);
     for (int i = 0; i < n; i++) {
-        CHECK(mu_session_decode_select(s, tokens[i], 0.0f, 0, true, &chosen[i]) == 0);
+        const int rc = mu_session_decode_select(s, tokens[i], 0.0f, 0, true, &chosen[i]);
+        CHECKF(rc == 0, "decode step %d (--gpus %d): %s", i, gpus, muser_last_error());
+        if (rc != 0) {
+            free(out);
+            out = NULL;
+            break;
+        }
         memcpy(out + (size_t)i * V, muser_session_logits(s), sizeof(float) * V);
     }
     muser_session_free(s);
@@ -121,7 +128,13 @@ static float *feed_all(muser_model *m, int gpus, muser_lane lane, muser_kv_type 
     muser_session *s = new_session(m, gpus, lane, kv);
     if (!s) return NULL;
     float *out = malloc(sizeof(float) * (size_t)n * V);
-    CHECK(muser_session_feed(s, (const muser_token *)tokens, n, true) == 0);
+    const int rc = muser_session_feed(s, (const muser_token *)tokens, n, true);
+    CHECKF(rc == 0, "feeding %d tokens (--gpus %d): %s", n, gpus, muser_last_error());
+    if (rc != 0) {
+        free(out);
+        muser_session_free(s);
+        return NULL;
+    }
     for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, muser_session_logits_at(s, i), sizeof(float) * V);
     muser_session_free(s);
     return out;

@@ -1968,7 +1968,9 @@ static int tp_capture(tp_backend *t, int route) {
     int begun = 0;
     for (int i = 0; i < t->n && !rc; i++) {
         RC(use_device(t->r[i]));
-        if (cudaStreamBeginCapture(t->r[i]->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) rc = 1;
+        const cudaError_t eb = cudaStreamBeginCapture(t->r[i]->stream, cudaStreamCaptureModeRelaxed);
+        if (eb != cudaSuccess)
+            rc = mu_fail(MUSER_EBACKEND, "cudaStreamBeginCapture (GPU %d): %s", t->r[i]->device, cudaGetErrorString(eb));
         else begun++;
     }
     if (!rc) rc = tp_enqueue(t);
@@ -2180,11 +2182,13 @@ static size_t tp_window_bytes(const cuda_backend *r, size_t *off_t2, size_t *off
  * (ncclMemAlloc + ncclCommWindowRegister, NCCL 2.27 or later), so the
  * all-reduces on it run NCCL's symmetric kernels (measured on 2 x H200:
  * 9.0 -> 8.0 us per all-reduce). MUSER_TP_SYMMETRIC=0 keeps plain buffers;
- * so does a library or machine without them (with a notice). */
+ * so does a library or machine without them (with a notice), and a single
+ * rank (nothing to reduce; its first step faulted with an illegal address
+ * on H200 with NCCL 2.28.3). */
 static int tp_symmetric(tp_backend *t) {
     int ver = 0;
     g_nccl.GetVersion(&ver);
-    if (env_int("MUSER_TP_SYMMETRIC", 1) == 0 || ver < 22700 || !g_nccl.MemAlloc || !g_nccl.MemFree ||
+    if (t->n < 2 || env_int("MUSER_TP_SYMMETRIC", 1) == 0 || ver < 22700 || !g_nccl.MemAlloc || !g_nccl.MemFree ||
         !g_nccl.WindowRegister || !g_nccl.WindowDeregister)
         return 0;
     const size_t bytes = tp_window_bytes(t->r[0], NULL, NULL);
@@ -2236,6 +2240,7 @@ static int tp_fuse(tp_backend *t) {
     g_nccl.GetVersion(&ver);
     const char *why = NULL;
     if (env_int("MUSER_TP_FUSED", 1) == 0) why = "MUSER_TP_FUSED=0";
+    else if (t->n < 2) why = "one GPU";
     else if (t->skip_reduce) why = "MUSER_TP_SKIP_ALLREDUCE=1";
     else if (!t->symmetric) why = "no symmetric windows";
     else if (ver < 22800 || !g_nccl.TeamLsa) why = "NCCL older than 2.28";
