@@ -108,16 +108,12 @@ __device__ __forceinline__ float half_warp_sum(float v) {
 __device__ __forceinline__ float block_sum(float v, float *red) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     v = warp_sum(v);
-    __syncthreads();
+    __syncthreads(); /* (earlier readers of red are done) */
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    if (warp == 0) {
-        float s = lane < nw ? red[lane] : 0.0f;
-        s = warp_sum(s);
-        if (lane == 0) red[32] = s;
-    }
-    __syncthreads();
-    return red[32];
+    /* every warp sums the warps' sums in the same order (the same bits
+     * everywhere; one barrier fewer than a broadcast) */
+    return warp_sum(lane < nw ? red[lane] : 0.0f);
 }
 
 __device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }

@@ -1006,10 +1006,10 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
     }
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
         /* the last block to finish runs the residual + norm tail. Only
-         * thread 0 fences (the grid barrier's pattern): the barrier orders
-         * the block's writes before its release, and its acquire before the
-         * block's reads (before: a fence in every warp, then in every
-         * thread of the last block) */
+         * thread 0 synchronizes (the grid barrier's pattern), by one
+         * acquire-release add: the barrier orders the block's writes before
+         * its release, and its acquire before the block's reads (before: a
+         * fence in every warp, then in every thread of the last block) */
         __shared__ int is_last;
         __shared__ unsigned long long *stamp_row; /* (block-uniform: the tail syncs on it) */
         __syncthreads();
@@ -1018,10 +1018,9 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         if (threadIdx.x == 0) {
             stamp_row = nullptr;
             if (a.rn.xr.n > 1) epoch = *reinterpret_cast<volatile uint32_t *>(a.rn.xr.epoch);
-            fence_acq_rel();
-            const unsigned prev = atomicAdd(a.counter, 1u);
+            unsigned prev;
+            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(a.counter) : "memory");
             is_last = prev == gridDim.x - 1;
-            if (is_last) fence_acq_rel();
             if (is_last && (a.lab & MU_CU_LAB_TAIL_STAMPS)) {
                 const unsigned row = atomicAdd(&g_tail_rows, 1u);
                 if (row < TAIL_STAMP_ROWS) {
