@@ -1013,9 +1013,9 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         __shared__ int is_last;
         __shared__ unsigned long long *stamp_row; /* (block-uniform: the tail syncs on it) */
         __syncthreads();
-        const unsigned long long c0 = clock64();
         uint32_t epoch = 0; /* (thread 0: loaded here, its latency under the handshake's) */
         if (threadIdx.x == 0) {
+            const unsigned long long c0 = clock64(); /* (the lab's stamp: the handshake's start) */
             stamp_row = nullptr;
             if (a.rn.xr.n > 1) epoch = *reinterpret_cast<volatile uint32_t *>(a.rn.xr.epoch);
             unsigned prev;
