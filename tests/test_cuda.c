@@ -612,6 +612,40 @@ static void check_checkpoint(muser_model *m, const int *tokens, int n, int V, co
     b->ops->free(b);
 }
 
+/* Fast-lane decode with each boundary's input formed by its consumer (the
+ * default where every consumer is a K-quant launch) against the producers'
+ * tails (MUSER_CUDA_NORM_IN=0): the same arithmetic in the same order with
+ * the same 1024-thread sums, so bit-identical logits. */
+static void check_norm_in(muser_model *m, const int *tokens, int n, int V, const char *name) {
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CUDA;
+    sp.lane = MUSER_LANE_FAST;
+    sp.n_ctx = 512;
+    muser_session *s = NULL;
+    if (muser_session_new(m, &sp, &s) != 0) {
+        CHECKF(0, "session: %s", muser_last_error());
+        return;
+    }
+    mu_backend *be = mu_session_backend_of(s);
+    const bool on = strstr(be->ops->describe(be), "decode norms formed by their consumers") != NULL;
+    muser_session_free(s);
+    if (!on) {
+        printf("  %-28s decode norms stay in the producers' tails (a consumer is not a K-quant launch)\n", name);
+        return;
+    }
+    float *with = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
+    setenv("MUSER_CUDA_NORM_IN", "0", 1);
+    float *without = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
+    unsetenv("MUSER_CUDA_NORM_IN");
+    if (with && without) {
+        double dmax = 0;
+        for (size_t i = 0; i < (size_t)n * V; i++) dmax = fmax(dmax, fabs((double)with[i] - without[i]));
+        CHECKF(dmax == 0.0, "%s: decode norms formed by the consumers differ from the tails' by %.3g", name, dmax);
+        printf("  %-28s decode norms formed by their consumers == the producers' tails (max |d| %.3g)\n", name, dmax);
+    }
+    free(with), free(without);
+}
+
 static void test_fixture(const char *rel, bool local) {
     tl_fixture fx;
     if (!tl_fixture_load(rel, local, &fx)) return;
@@ -667,6 +701,7 @@ static void test_fixture(const char *rel, bool local) {
                r.rms, r.top1_decisive);
         free(ours);
     }
+    check_norm_in(m, tokens, n, V, rel);
     check_decode_paths(m, tokens, 48, V, rel);
     check_checkpoint(m, tokens, 120, V, rel);
     tl_fixture_free(&fx);

@@ -531,6 +531,25 @@ __device__ __forceinline__ void kq_stage_rec(uint8_t *aux, int b, int c0, const 
     reinterpret_cast<uint4 *>(rec)[3] = packed;
 }
 
+/* The lane records of the staged input from the groups' (d, d * sum(q)):
+ * gds in shared memory (smem) or global. From the top thread down: when
+ * copying, threads of the int8 copy rarely also build records, so both
+ * rounds of loads fly at once. */
+template <bool smem>
+__device__ __forceinline__ void kq_stage_records(uint8_t *aux, int nb, const float2 *gds) {
+    for (int i = (int)(blockDim.x - 1 - threadIdx.x); i < nb * 2; i += blockDim.x) {
+        const int b = i >> 1, c0 = i & 1;
+        float2 ds[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float2 *p = gds + 16 * b + 4 * (c0 + 2 * (k >> 2)) + (k & 3);
+            if constexpr (smem) ds[k] = *p;
+            else ds[k] = __ldcg(p);
+        }
+        kq_stage_rec(aux, b, c0, ds);
+    }
+}
+
 /* Stages the int8 input and the lane records (quant: x is quantized into
  * int8 groups here). Kept register-light: the first batch's weights stay
  * live across it, at 64 registers a thread (loading two items per thread
@@ -558,20 +577,65 @@ __device__ __forceinline__ void kq_stage(const mu_cu_act &a, int64_t cols, uint8
             *reinterpret_cast<uint4 *>(sm + KQ_XQ * (i >> 4) + 16 * (i & 15)) =
                 __ldcg(reinterpret_cast<const uint4 *>(a.q) + i);
     }
-    /* the records from the top thread down: without quantizing, threads of
-     * the int8 copy above rarely also build records, so both rounds of
-     * loads fly at once */
-    for (int i = (int)(blockDim.x - 1 - threadIdx.x); i < nb * 2; i += blockDim.x) {
-        const int b = i >> 1, c0 = i & 1;
-        float2 ds[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float2 *p = gds + 16 * b + 4 * (c0 + 2 * (k >> 2)) + (k & 3);
-            if constexpr (quant) ds[k] = *p;
-            else ds[k] = __ldcg(p);
+    kq_stage_records<quant>(aux, nb, gds);
+}
+
+/* Norm-in staging (mu_cu_norm_in): every block forms x from h and the
+ * branch parts with the residual/norm tail's arithmetic (two block sums,
+ * the same order of operations), quantizes it in groups of 16 (4 lanes a
+ * group, the tail's quantize4) into the staged layout and builds the
+ * records; block 0 writes h'. Register-light (the first batch's weights
+ * are live across it): h and the summed branch wait in shared memory
+ * (after the groups' scales), nothing is held across a block sum. */
+__device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols, uint8_t *sm) {
+    __shared__ float red[33];
+    const int n = (int)cols, nb = n >> 8, nc = n >> 2;
+    uint8_t *aux = sm + (size_t)nb * KQ_XQ;
+    float2 *gds = reinterpret_cast<float2 *>(sm + kq_stage_bytes(cols)); /* per group (d, d * sum(q)) */
+    float4 *hsm = reinterpret_cast<float4 *>(sm + kq_stage_bytes(cols) + (size_t)(n / 16) * 8);
+    float4 *bsm = hsm + nc;
+    const int np = ni.parts > 1 ? ni.parts : 1;
+    float st = 0.f;
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+        const float4 h = __ldcg(reinterpret_cast<const float4 *>(ni.h) + c);
+        float4 bv = __ldcg(reinterpret_cast<const float4 *>(ni.branch) + c);
+        for (int p = 1; p < np; p++) {
+            const float4 w = __ldcg(reinterpret_cast<const float4 *>(ni.branch + p * ni.part_stride) + c);
+            bv = make_float4(bv.x + w.x, bv.y + w.y, bv.z + w.z, bv.w + w.w);
         }
-        kq_stage_rec(aux, b, c0, ds);
+        st += f4dot(bv);
+        hsm[c] = h;
+        bsm[c] = bv;
     }
+    const float r1 = ni.w_post ? 1.0f / sqrtf(block_sum(st, red) / (float)n + ni.eps_post) : 1.0f;
+    float ss2 = 0.f;
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+        float4 add = bsm[c];
+        if (ni.w_post) {
+            const float4 w = __ldg(reinterpret_cast<const float4 *>(ni.w_post) + c);
+            add = make_float4((add.x * r1) * w.x, (add.y * r1) * w.y, (add.z * r1) * w.z, (add.w * r1) * w.w);
+        }
+        float4 hv = hsm[c];
+        hv = make_float4(hv.x + add.x, hv.y + add.y, hv.z + add.z, hv.w + add.w);
+        hsm[c] = hv;
+        if (blockIdx.x == 0 && ni.h_out) reinterpret_cast<float4 *>(ni.h_out)[c] = hv;
+        ss2 += f4dot(hv);
+    }
+    const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + ni.eps_next);
+    /* (a group's 4 chunks are 4 consecutive threads: n % 16 == 0, blockDim % 4 == 0) */
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+        float4 a = f4mul(hsm[c], r2);
+        if (ni.w_next) {
+            const float4 w = __ldg(reinterpret_cast<const float4 *>(ni.w_next) + c);
+            a = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
+        }
+        /* quantize4 stores at q + 4c: q is set so that lands in group g's staged 16 bytes */
+        const int g = c >> 2;
+        int8_t *q = reinterpret_cast<int8_t *>(sm + KQ_XQ * (g >> 4) + 16 * (g & 15) - 16 * g);
+        quantize4(a, 4 * c, q, reinterpret_cast<float *>(gds));
+    }
+    __syncthreads();
+    kq_stage_records<true>(aux, nb, gds);
 }
 
 /* The staged input of lane-block (b, c0). */
@@ -610,8 +674,12 @@ struct PolKQ {
         bool on;
     };
     __device__ static int items(const mu_cu_weight &w) { return (int)(w.cols >> 8); }
-    template <bool Q>
-    __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) { kq_stage<Q>(a.act, a.seg[0].w.cols, sm); }
+    static constexpr bool NORM_IN = true; /* can form its input (QI 2: mu_cu_norm_in) */
+    template <int Q>
+    __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) {
+        if constexpr (Q == 2) kq_stage_norm(a.nin, a.seg[0].w.cols, sm);
+        else kq_stage<Q == 1>(a.act, a.seg[0].w.cols, sm);
+    }
 
     template <uint32_t T>
     __device__ static void load_t(Regs &R, const mu_cu_weight &w, int64_t row) {
@@ -685,14 +753,17 @@ struct PolUnit {
         uint4 v[MV_NB];
         int u0;
     };
+    static constexpr bool NORM_IN = false;
     __device__ static int items(const mu_cu_weight &w) { return w.units; }
-    /* the int8 input and its scales, copied as they are (or quantized from x) */
-    template <bool Q>
+    /* the int8 input and its scales, copied as they are (Q 0) or quantized
+     * from x (Q 1) */
+    template <int Q>
     __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) {
+        static_assert(Q == 0 || Q == 1, "unit formats do not form their input");
         const int ne = (int)a.seg[0].w.cols;
         int8_t *sq = reinterpret_cast<int8_t *>(sm);
         float *sds = reinterpret_cast<float *>(sm + ((ne + 15) & ~15));
-        if constexpr (Q) {
+        if constexpr (Q == 1) {
             for (int i = threadIdx.x; i < ne / 16; i += blockDim.x) {
                 uint4 q;
                 float2 ds;
@@ -825,9 +896,11 @@ __device__ __noinline__ void xrank_meet(const mu_cu_xrank &x, uint32_t epoch) {
     __syncthreads();
 }
 
-/* QI: the fast lane's input is quantized while it is staged (mu_cu_mv.quant_input;
- * a template parameter: the quantizing code in every kernel spilled registers). */
-template <class P, int LANE, int EPI, bool QI>
+/* QI: how the fast lane's input is staged: 0 copied as int8, 1 quantized
+ * from f32 (mu_cu_mv.quant_input), 2 formed from the residual and the
+ * branch (mu_cu_mv.nin); a template parameter (the quantizing code in
+ * every kernel spilled registers). */
+template <class P, int LANE, int EPI, int QI>
 __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
     constexpr int NW = mv_warps<LANE>();
     pdl_trigger();
@@ -1094,11 +1167,13 @@ extern "C" int mu_cu_mv_parts(uint32_t type, int64_t cols) {
 static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
     if (a->lane != MU_CU_LANE_FAST) return 0;
     const int64_t cols = a->seg[0].w.cols;
-    if (kq) return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX) + (a->quant_input ? (size_t)(cols / 16) * 8 : 0);
+    if (kq) /* + the groups' scales when quantizing or forming it, + h and the summed branch when forming it */
+        return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX) + (a->quant_input || a->nin.h ? (size_t)(cols / 16) * 8 : 0) +
+               (a->nin.h ? (size_t)cols * 8 : 0);
     return (size_t)((cols + 15) & ~15) + (size_t)cols / 2;
 }
 
-template <class P, int LANE, int EPI, bool QI = false>
+template <class P, int LANE, int EPI, int QI = 0>
 static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cudaStream_t s) {
     constexpr int NW = mv_warps<LANE>();
     static int sms[MU_CU_MAX_DEVICES], fit[MU_CU_MAX_DEVICES];
@@ -1147,17 +1222,24 @@ static cudaError_t launch_packed(const mu_cu_mv *a, int64_t jobs, size_t smem, c
     const bool res = a->epi == MU_CU_EPI_RESNORM;
     if constexpr (LANE == MU_CU_LANE_FAST)
         if (a->quant_input)
-            return res ? launch_mv<P, LANE, MU_CU_EPI_RESNORM, true>(a, jobs, smem, s)
-                       : launch_mv<P, LANE, MU_CU_EPI_STORE, true>(a, jobs, smem, s);
+            return res ? launch_mv<P, LANE, MU_CU_EPI_RESNORM, 1>(a, jobs, smem, s)
+                       : launch_mv<P, LANE, MU_CU_EPI_STORE, 1>(a, jobs, smem, s);
     return res ? launch_mv<P, LANE, MU_CU_EPI_RESNORM>(a, jobs, smem, s)
                : launch_mv<P, LANE, MU_CU_EPI_STORE>(a, jobs, smem, s);
 }
 
 template <class P, int LANE>
 static cudaError_t launch_epi(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
+    if constexpr (LANE == MU_CU_LANE_FAST && P::NORM_IN)
+        if (a->nin.h) { /* the consumers of a residual/norm boundary: gate/up, qkv, the LM head */
+            if (a->epi == MU_CU_EPI_GATEUP) return launch_mv<P, LANE, MU_CU_EPI_GATEUP, 2>(a, jobs, smem, s);
+            if (a->epi == MU_CU_EPI_STORE) return launch_mv<P, LANE, MU_CU_EPI_STORE, 2>(a, jobs, smem, s);
+            if (a->epi == MU_CU_EPI_LOGITS) return launch_mv<P, LANE, MU_CU_EPI_LOGITS, 2>(a, jobs, smem, s);
+            return cudaErrorInvalidValue;
+        }
     if (LANE == MU_CU_LANE_FAST && a->quant_input) { /* the consumers of gate/up: down (tail or TP store) */
-        if (a->epi == MU_CU_EPI_RESNORM) return launch_mv<P, LANE, MU_CU_EPI_RESNORM, true>(a, jobs, smem, s);
-        if (a->epi == MU_CU_EPI_STORE) return launch_mv<P, LANE, MU_CU_EPI_STORE, true>(a, jobs, smem, s);
+        if (a->epi == MU_CU_EPI_RESNORM) return launch_mv<P, LANE, MU_CU_EPI_RESNORM, 1>(a, jobs, smem, s);
+        if (a->epi == MU_CU_EPI_STORE) return launch_mv<P, LANE, MU_CU_EPI_STORE, 1>(a, jobs, smem, s);
         return cudaErrorInvalidValue;
     }
     switch (a->epi) {
@@ -1199,13 +1281,16 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
         }
         return cudaSuccess;
     }
+    /* norm-in staging: fast-lane K-quants only (fails closed) */
+    if (a.nin.h && (a.lane != MU_CU_LANE_FAST || !all_k || a.quant_input)) return cudaErrorInvalidValue;
     const uint32_t type = a.seg[0].w.type;
     a.parts = 1;
     if (a.rn.xr.n > 1) {
         /* the tail sums the ranks' branches: whole rows, one part per rank */
         if (a.epi != MU_CU_EPI_RESNORM || a.rn.branch_parts != a.rn.xr.n) return cudaErrorInvalidValue;
     } else {
-        if (a.epi == MU_CU_EPI_RESNORM && a.nseg == 1) a.parts = mu_cu_mv_parts(type, a.seg[0].w.cols);
+        if ((a.epi == MU_CU_EPI_RESNORM || (a.epi == MU_CU_EPI_STORE && a.split_parts)) && a.nseg == 1)
+            a.parts = mu_cu_mv_parts(type, a.seg[0].w.cols);
         a.rn.branch_parts = a.parts;
     }
     int64_t jobs = a.epi == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * a.parts;
@@ -1213,7 +1298,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     const int64_t plen = all_k ? a.seg[0].w.cols / 256 / a.parts : 0;
     a.pack = 1;
     if (all_k && (a.epi == MU_CU_EPI_STORE || a.epi == MU_CU_EPI_RESNORM) && plen <= 8 && 16 % plen == 0 &&
-        !(a.lab & MU_CU_LAB_NO_PACK)) {
+        !a.nin.h && !(a.lab & MU_CU_LAB_NO_PACK)) {
         a.pack = (int)(16 / plen);
         jobs = (jobs + a.pack - 1) / a.pack;
     }
@@ -1232,7 +1317,8 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
         if (a.lane != MU_CU_LANE_FAST) return launch_epi<PolKQ<0>, MU_CU_LANE_EXACT>(&a, jobs, smem, s);
         if (!same) {
             if (a.epi != MU_CU_EPI_STORE) return cudaErrorInvalidValue;
-            if (a.quant_input) return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE, true>(&a, jobs, smem, s);
+            if (a.nin.h) return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE, 2>(&a, jobs, smem, s);
+            if (a.quant_input) return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE, 1>(&a, jobs, smem, s);
             return launch_mv<PolKQ<0>, MU_CU_LANE_FAST, MU_CU_EPI_STORE>(&a, jobs, smem, s);
         }
         switch (type) {

@@ -174,6 +174,25 @@ typedef struct mu_cu_qkv_post {
     mu_cu_recs recs;
 } mu_cu_qkv_post;
 
+/* Norm-in staging (fast-lane K-quant launches): the consumer of a
+ * residual/norm boundary forms its own input while it stages it, in every
+ * block, instead of the producer's last block running a tail:
+ *   h' = h + rmsnorm(branch, eps_post) * w_post   (w_post NULL: h + branch)
+ *   x  = rmsnorm(h', eps_next) * w_next, quantized into int8 groups of 16,
+ * the branch being the sum of parts partial sums part_stride apart, added
+ * in order (the producer's split rows). Block 0 writes h' to h_out (NULL:
+ * not kept), which must not alias h (the residual alternates between two
+ * buffers). */
+typedef struct mu_cu_norm_in {
+    const float *h;
+    float *h_out;
+    const float *branch;
+    int parts;
+    int64_t part_stride;
+    const float *w_post, *w_next;
+    float eps_post, eps_next;
+} mu_cu_norm_in;
+
 typedef struct mu_cu_mv_seg {
     mu_cu_weight w;
     float *y;
@@ -194,6 +213,10 @@ typedef struct mu_cu_mv {
     int even_rounds;       /* grid: the fewest warps that keep the number of rounds, so every
                               warp gets as many row-dots (0: every warp that fits; the last
                               round then partial) */
+    int split_parts;       /* STORE of one matrix: rows split in K parts as RESNORM
+                              (a norm-in consumer sums them)                */
+    mu_cu_norm_in nin;     /* nin.h set: the input is formed while staging (fast-lane
+                              K-quants; act unused)                         */
     int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
                               while it is staged (act.q, act.ds unused); the
                               producer (gate/up) then stores f32 only      */

@@ -128,6 +128,10 @@ typedef struct cuda_backend {
      * rewritten by the down tail while the next layer's kernels launch) */
     float *ax2, *ads2;
     int8_t *aq2;
+    /* decode with norm-in staging (norm_in): the residual alternates
+     * between h and h2 (boundary k reads one and writes the other) */
+    float *h2;
+    bool norm_in;
     uint16_t *a16, *o16, *f16b;
     float *part_m, *part_l, *part_o;
     float *logits;          /* [V]: the decode step's (fixed: the graph holds it) */
@@ -764,14 +768,40 @@ static void mv_seg(mu_cu_mv *a, const mu_cu_weight *w, float *y) {
     a->nseg++;
 }
 
-/* The LM head over one normed row (index row of ax/aq), choosing a token. */
-static int run_head_matvec(cuda_backend *b, int row, prof_state *p) {
+/* The input of boundary k's consumer (norm-in staging): k = 2l is layer
+ * l's Wo, 2l + 1 its ffn down; the residual is read from one buffer and
+ * (keep) written to the other; the branch is the producer's parts in t. */
+static mu_cu_norm_in nin_of(const cuda_backend *b, int k, const mu_cu_weight *producer, const float *w_post,
+                            const float *w_next, bool keep) {
+    const mu_hparams *hp = &b->m->hp;
+    mu_cu_norm_in ni;
+    memset(&ni, 0, sizeof ni);
+    ni.h = k % 2 ? b->h2 : b->h;
+    ni.h_out = keep ? (k % 2 ? b->h : b->h2) : NULL;
+    ni.branch = b->t;
+    ni.parts = mu_cu_mv_parts(producer->type, producer->cols);
+    ni.part_stride = producer->rows;
+    ni.w_post = w_post;
+    ni.eps_post = hp->post_norm_eps;
+    ni.w_next = w_next;
+    ni.eps_next = hp->rms_eps;
+    return ni;
+}
+
+/* The LM head over one normed row (index row of ax/aq), choosing a token;
+ * decode: the step's, which forms its input from the last boundary when
+ * norm_in. */
+static int run_head_matvec(cuda_backend *b, int row, bool decode, prof_state *p) {
     const mu_hparams *hp = &b->m->hp;
     const int64_t off = (int64_t)row * b->E;
     mu_cu_mv a;
     mv_init(&a, b, MU_CU_EPI_LOGITS,
             act_of(b->ax + off, b->fast ? b->aq + off : NULL, b->fast ? b->ads + off / 16 * 2 : NULL));
     mv_seg(&a, &b->output, b->logits);
+    if (decode && b->norm_in) {
+        const cu_layer *P = &b->layers[hp->n_layer - 1];
+        a.nin = nin_of(b, 2 * hp->n_layer - 1, &P->ffn_down, P->post_ffn_norm, b->output_norm, false);
+    }
     a.logit_scale = hp->logit_scale;
     a.softcap = hp->softcap;
     a.best = b->d_best;
@@ -813,6 +843,10 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     mv_seg(&a, &D->wk, b->k);
     mv_seg(&a, &D->wv, b->v);
     mv_seg(&a, &D->wgate, b->g);
+    if (b->norm_in && l > 0) {
+        const cu_layer *P = &b->layers[l - 1];
+        a.nin = nin_of(b, 2 * l - 1, &P->ffn_down, P->post_ffn_norm, D->attn_norm, true);
+    }
     RC(prof_mark(b, p, PF_QKVG));
     CU_CHECK(mu_cu_matvec(&a, s));
     /* (fusing this into the matvec's epilogue was measured 2.5% slower:
@@ -827,9 +861,15 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
         RC(run_attention(b, l, 1, p, false));
     }
 
-    mv_init(&a, b, b->tp && !b->xr.n ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
+    mv_init(&a, b, (b->tp && !b->xr.n) || b->norm_in ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
     mv_seg(&a, &D->wo, b->t);
+    if (b->norm_in) { /* the parts in t; gate/up forms its input from them */
+        a.split_parts = 1;
+        RC(prof_mark(b, p, PF_WO));
+        CU_CHECK(mu_cu_matvec(&a, s));
+        return 0;
+    }
     a.rn = resnorm_of(b, b->t, D->post_attn_norm, D->ffn_norm, false);
     rank_sum(b, &a.rn, b->lsa_t);
     a.rn.out.x = b->ax2;
@@ -850,6 +890,7 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     mv_init(&a, b, MU_CU_EPI_GATEUP, act_of(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
     mv_seg(&a, &D->ffn_gate, b->ff);
     mv_seg(&a, &D->ffn_up, b->fu);
+    if (b->norm_in) a.nin = nin_of(b, 2 * l, &D->wo, D->post_attn_norm, D->ffn_norm, true);
     /* the int8 groups of the products: made by the down launch while it
      * stages its input (default), or by gate/up's last writer of each group */
     const bool epi_q = b->fast && (mu_cu_get_matvec_lab() & MU_CU_LAB_EPI_GROUP_QUANT);
@@ -860,11 +901,17 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     RC(prof_mark(b, p, PF_GATEUP));
     CU_CHECK(mu_cu_matvec(&a, s));
 
-    mv_init(&a, b, b->tp && !b->xr.n ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
+    mv_init(&a, b, (b->tp && !b->xr.n) || b->norm_in ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->ff, b->fast ? b->fq : NULL, b->fast ? b->fds : NULL));
     float *y = b->xr.n ? b->t2 : b->t;
     mv_seg(&a, &D->ffn_down, y);
     a.quant_input = b->fast && !epi_q;
+    if (b->norm_in) { /* the parts in t; the next qkv (or the LM head) forms its input from them */
+        a.split_parts = 1;
+        RC(prof_mark(b, p, PF_DOWN));
+        CU_CHECK(mu_cu_matvec(&a, s));
+        return 0;
+    }
     const float *next = l + 1 < hp->n_layer ? b->layers[l + 1].attn_norm : b->output_norm;
     a.rn = resnorm_of(b, y, D->post_ffn_norm, next, false);
     rank_sum(b, &a.rn, b->lsa_t2);
@@ -908,7 +955,7 @@ static int enqueue_decode_part(cuda_backend *b, int part, prof_state *p) {
     if (b->tp && !b->xr.n) RC(enqueue_tp_tail(b, part, p));
     if (part % 2 == 1) return enqueue_ffn_block(b, (part - 1) / 2, p);
     if (part < 2 * L) return enqueue_attn_block(b, part / 2, p);
-    RC(run_head_matvec(b, 0, p));
+    RC(run_head_matvec(b, 0, true, p));
     RC(prof_mark(b, p, PF_COUNT));
     return 0;
 }
@@ -1085,7 +1132,7 @@ static int enqueue_prefill_part(cuda_backend *b, int part, int T, bool all_logit
         CU_CHECK(mu_cu_resnorm_rows(resnorm_of(b, b->t, b->layers[l].post_ffn_norm, next, f), T, s));
     }
     if (part == 2 * L) { /* the LM head */
-        if (!all_logits) return run_head_matvec(b, T - 1, NULL);
+        if (!all_logits) return run_head_matvec(b, T - 1, false, NULL);
         RC(logit_rows_reserve(b, T));
         RC(gemm_all(b, &b->output, A, b->logits_all, b->V, T));
         CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, s));
@@ -1332,7 +1379,7 @@ static void cuda_free(mu_backend *base) {
         }
     void *dev[] = {b->wmem, b->f16mem, b->output_norm, b->d_rec, b->h, b->ax, b->q, b->k, b->v, b->g, b->qn, b->o,
                    b->t, b->ff, b->fu, b->aq, b->oq, b->fq, b->ads, b->ods, b->fds, b->a16, b->o16, b->f16b,
-                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->wtmp, b->ax2, b->aq2, b->ads2};
+                   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->group_count, b->wtmp, b->ax2, b->aq2, b->ads2, b->h2};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -1432,6 +1479,22 @@ static int check_model(const mu_model *m) {
 /* One GPU's backend. tp: a tensor-parallel rank (m is its shard: heads,
  * FFN slice and LM-head rows; vocab0 its first vocabulary row), which
  * decodes only (no prefill weight cache). */
+/* Whether the decode step can form each boundary's input in its consumer
+ * (mu_cu_norm_in): the fast lane on one GPU (a rank's boundaries are the
+ * ranks' meetings, in the producer) with every consumer a K-quant launch:
+ * q, k, v, gate, ffn gate/up and the LM head. */
+static bool is_kq(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
+static bool norm_in_fits(const mu_model *m, bool fast, bool tp) {
+    if (!fast || tp || !is_kq(m->output.type)) return false;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        if (!is_kq(L->wq.type) || !is_kq(L->wk.type) || !is_kq(L->wv.type) || !is_kq(L->ffn_gate.type) ||
+            !is_kq(L->ffn_up.type) || (L->wgate.data && !is_kq(L->wgate.type)))
+            return false;
+    }
+    return true;
+}
+
 static int rank_new(const mu_model *m, const mu_session_config *cfg, int device, bool tp, int64_t vocab0,
                     cuda_backend **out) {
     *out = NULL;
@@ -1462,6 +1525,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     b->device = device;
     b->tp = tp;
     b->vocab0 = vocab0;
+    b->norm_in = norm_in_fits(m, b->fast, tp) && env_int("MUSER_CUDA_NORM_IN", 1) != 0;
     /* measured on the 30B (docs/benchmarks-server.md): the fast lane's f16
      * GEMM step beats one-by-one decode from 2 rows; the exact lane's f32
      * GEMM step (~0.57 s) only from ~5 rows of 0.115 s */
@@ -1589,6 +1653,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     DA(aq, T * b->E, 1);
     DA(ads, T * b->E / 8, 4);
     DA(ax2, b->E, 4);
+    DA(h2, b->E, 4);
     DA(aq2, b->E, 1);
     DA(ads2, b->E / 8, 4);
     DA(oq, b->Q, 1);
@@ -1624,12 +1689,12 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     }
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s, weights %s, one-launch decode attention up to %d rows",
+             "prefill cache %s, weights %s, one-launch decode attention up to %d rows, decode norms %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
              b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions",
-             b->attn_short);
+             b->attn_short, b->norm_in ? "formed by their consumers" : "in the producers' tails");
     *out = b;
     return 0;
 }
