@@ -7,6 +7,7 @@
  *   bench_cuda -m MODEL --stamps [--depth D]   (where the residual/norm tails' time goes)
  *   bench_cuda --chain   (no model: what a launch boundary costs a streaming
  *                         chain, against a grid barrier in one launch)
+ *   bench_cuda --chain-rows (the same chain read with a matvec's addressing)
  *
  * --quick times the default and one variant only, twice, alternating: the
  * lab flags FLAGS (MU_CU_LAB_*; default: short K-quant rows not packed).
@@ -73,7 +74,7 @@ static int run_chain(void) {
             for (int work = 0; work <= 40; work += 40)
                 for (int ser = 0; ser < 2; ser++) {
                     if (sh == 1 && (kernels[k][0] != 5 || work == 0)) continue;
-                    mu_cuda_lab_chain_cfg cfg = {{0}, 52, kernels[k][0], kernels[k][1], work, 7, 0, 0, 0};
+                    mu_cuda_lab_chain_cfg cfg = {{0}, 52, kernels[k][0], kernels[k][1], work, 7, 0, 0, 0, 0, 0, {0}};
                     memcpy(cfg.seg_mb, sh ? rank2 : layer30, sizeof cfg.seg_mb);
                     if (ser) cfg.stage_us = 1.4, cfg.tail_us = 4.0;
                     mu_cuda_lab_chain_result r;
@@ -91,7 +92,7 @@ static int run_chain(void) {
                                    "one launch, barriers, next loads before each"};
     printf("\n| loads/lane | work | variant | ms | GB/s | us per boundary over the floor |\n|---:|---:|---|---:|---:|---:|\n");
     for (int work = 0; work <= 40; work += 40) {
-        mu_cuda_lab_chain_cfg cfg = {{0}, 52, 8, 0, work, 7, 1, 0, 0};
+        mu_cuda_lab_chain_cfg cfg = {{0}, 52, 8, 0, work, 7, 1, 0, 0, 0, 0, {0}};
         memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
         mu_cuda_lab_chain_result r;
         if (mu_cuda_lab_chain(&cfg, &r) != 0) {
@@ -102,6 +103,41 @@ static int run_chain(void) {
             printf("| 8 | %d | %s | %.3f | %.0f | %.2f |\n", work, names[v], r.ms[v], r.gb / (r.ms[v] * 1e-3),
                    (r.ms[v] - r.ms[2]) * 1e3 / (cfg.segs - 1));
     }
+    return 0;
+}
+
+/* --chain-rows: the same layer chain read with a matvec's addressing (rows of
+ * 26 blocks, 16 for Wo; batches of 16 or 13 blocks; the nibble layouts and
+ * the scale stream of cu_lab.cu's lab_rows_kernel) against contiguous
+ * batches of the same five loads per lane. */
+static int run_chain_rows(void) {
+    static const double layer30[4] = {33, 15.5, 150, 109};
+    static const struct {
+        int pattern, batch;
+        const char *name;
+    } v[] = {{0, 0, "contiguous batches"},
+             {1, 16, "rows, engine layout, scales apart, batches of 16"},
+             {2, 16, "rows, tiled nibbles, scales apart, batches of 16"},
+             {3, 16, "rows, engine nibbles, scales in the block, batches of 16"},
+             {1, 13, "rows, engine layout, scales apart, batches of 13"},
+             {2, 13, "rows, tiled nibbles, scales apart, batches of 13"}};
+    if (mu_cuda_probe() != 0) {
+        fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+        return 1;
+    }
+    printf("| addressing | work | ms PDL | ms no PDL | GB/s PDL |\n|---|---:|---:|---:|---:|\n");
+    for (int work = 0; work <= 40; work += 40)
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+            mu_cuda_lab_chain_cfg cfg = {{0}, 52, 5, 0, work, 7, 0, 0, 0, v[k].pattern, v[k].batch, {26, 16, 26, 26}};
+            memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
+            mu_cuda_lab_chain_result r;
+            if (mu_cuda_lab_chain(&cfg, &r) != 0) {
+                fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+                return 1;
+            }
+            printf("| %s | %d | %.3f | %.3f | %.0f |\n", v[k].name, work, r.ms[0], r.ms[1], r.gb / (r.ms[0] * 1e-3));
+            fflush(stdout);
+        }
     return 0;
 }
 
@@ -158,6 +194,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gen") && v) gen = atoi(v), i++;
         else if (!strcmp(a, "--quick")) quick = true;
         else if (!strcmp(a, "--chain")) return run_chain();
+        else if (!strcmp(a, "--chain-rows")) return run_chain_rows();
         else if (!strcmp(a, "--stamps")) stamps = true;
         else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), alt_set = true, i++;
         else {

@@ -92,15 +92,16 @@ __global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, in
         const uint8_t *src = raw + rr * src_stride + b * bb;
         uint8_t *qs = (uint8_t *)w.qs, *qh = (uint8_t *)w.qh, *meta = (uint8_t *)w.meta;
         uint16_t *d = (uint16_t *)w.d;
+        const int64_t rb = gb - b; /* the row's first block */
         switch (w.type) {
         case MU_TYPE_Q4_K:
-            kq_repack_block(w.type, src, qs + gb * 128, nullptr, meta + gb * 16, nullptr);
+            kq_repack_block(w.type, src, (int)b, bpr, qs + rb * 128, nullptr, meta + rb * 16, nullptr);
             break;
         case MU_TYPE_Q5_K:
-            kq_repack_block(w.type, src, qs + gb * 128, qh + gb * 32, meta + gb * 16, nullptr);
+            kq_repack_block(w.type, src, (int)b, bpr, qs + rb * 128, qh + rb * 32, meta + rb * 16, nullptr);
             break;
         case MU_TYPE_Q6_K:
-            kq_repack_block(w.type, src, qs + gb * 128, qh + gb * 64, meta + gb * 16, d + gb);
+            kq_repack_block(w.type, src, (int)b, bpr, qs + rb * 128, qh + rb * 64, meta + rb * 16, d + rb);
             break;
         case MU_TYPE_Q8_0:
             d[gb] = (uint16_t)(src[0] | (src[1] << 8));
@@ -125,16 +126,19 @@ extern "C" cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int6
 /* The streams of lane-block (row, b, c0) into registers. */
 template <uint32_t TYPE>
 __device__ __forceinline__ void kq_load(KqLane<uint4> &L, const mu_cu_weight &w, int64_t row, int b, int c0) {
-    const int64_t nb = w.cols >> 8, rb = row * nb; /* the row's first block */
-    const uint8_t *qs = w.qs + rb * 128;
+    const int nb = (int)(w.cols >> 8);
+    const int64_t rb = row * nb; /* the row's first block */
+    /* load i at q + i * span (the tiles of cu_kq.cuh) */
+    const uint8_t *q = w.qs + rb * 128 + kq_qs_off(b, c0, 0, nb);
+    const uint32_t span = kq_qs_off(b, c0, 1, nb) - kq_qs_off(b, c0, 0, nb);
 #pragma unroll
-    for (int i = 0; i < 4; i++) L.q[i] = ld_stream(qs + kq_qs_off(b, c0, i));
+    for (int i = 0; i < 4; i++) L.q[i] = ld_stream(q + span * i);
     if (TYPE == MU_TYPE_Q6_K) {
         const uint2 m = ld_weight8(reinterpret_cast<const uint2 *>(w.meta + rb * 16) + 2 * b + c0);
         L.m = make_uint4(m.x, m.y, 0u, 0u);
-        const uint8_t *qh = w.qh + rb * 64 + (uint32_t)b * 64u + 32u * (uint32_t)c0;
-        L.h[0] = ld_stream(qh);
-        L.h[1] = ld_stream(qh + 16);
+        const uint8_t *qh = w.qh + rb * 64;
+        L.h[0] = ld_stream(qh + kq_qh6_off(b, c0, 0, nb));
+        L.h[1] = ld_stream(qh + kq_qh6_off(b, c0, 1, nb));
         L.d = ld_weight2(w.d + rb + b);
     } else {
         L.m = ld_weight16(reinterpret_cast<const uint4 *>(w.meta + rb * 16) + b);
@@ -667,6 +671,7 @@ __device__ __forceinline__ void kq_act_load(const uint8_t *sm, int nb, int b, in
 template <uint32_t TYPE>
 struct PolKQ {
     static constexpr int PER_BATCH = 16; /* blocks */
+    static constexpr int PART_ALIGN = 16; /* parts start at a tile group */
     static constexpr bool PACKS = false; /* PolKQP: short row-dots share a batch */
     struct Regs {
         KqLane<uint4> L;
@@ -748,6 +753,7 @@ struct PolKQP : PolKQ<TYPE> {
 template <class TT>
 struct PolUnit {
     static constexpr int PER_BATCH = 32 * MV_NB; /* units */
+    static constexpr int PART_ALIGN = 1; /* (equal parts: mu_cu_mv_parts) */
     static constexpr bool PACKS = false;
     struct Regs {
         uint4 v[MV_NB];
@@ -908,7 +914,10 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * NW, gw = (int64_t)blockIdx.x * NW + warp;
     const int n_items = P::items(a.seg[0].w); /* every segment reads the same input */
-    const int parts = a.parts > 1 ? a.parts : 1, plen = n_items / parts;
+    /* part p of a row-dot: items [p plen, min((p + 1) plen, n_items)); K-quant
+     * parts are cut at the tiles' groups of 16 blocks, the last one shorter */
+    const int parts = a.parts > 1 ? a.parts : 1;
+    const int plen = parts == 1 ? n_items : (n_items + parts - 1) / parts + P::PART_ALIGN - 1 & ~(P::PART_ALIGN - 1);
     const int64_t jobs = EPI == MU_CU_EPI_GATEUP ? a.seg[0].w.rows : a.rows_total * parts;
     /* row-dot r of the launch (r < jobs) -> (segment, row, part) */
     auto locate_id = [&](int64_t r, int &seg, int64_t &row, int &part) {
@@ -957,7 +966,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         have = load_packed(0);
     } else {
         have = locate(0, cs, cr, cp);
-        ci0 = cp * plen, cend = ci0 + plen;
+        ci0 = cp * plen, cend = min(ci0 + plen, n_items);
         if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
     }
     if (a.prefetch >= 1 && lane == 0 && !PACKED) {
@@ -965,7 +974,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         for (int64_t k = 1; k <= 2; k++) {
             int ps, pp;
             int64_t pr;
-            if (locate(k, ps, pr, pp)) rowdot_prefetch_l2(a.seg[ps].w, pr, pp * plen, (pp + 1) * plen);
+            if (locate(k, ps, pr, pp)) rowdot_prefetch_l2(a.seg[ps].w, pr, pp * plen, min((pp + 1) * plen, n_items));
         }
     }
     pdl_wait(); /* the weights above are immutable; activations come after */
@@ -1063,7 +1072,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         ck++;
         have = locate(ck, cs, cr, cp);
         ci0 = cp * plen;
-        cend = ci0 + plen;
+        cend = min(ci0 + plen, n_items);
         if (have) P::load(R, a.seg[cs].w, cr, ci0, min(ci0 + P::PER_BATCH, cend));
     }
 
@@ -1153,13 +1162,16 @@ extern "C" void mu_cu_set_matvec_grid_cap(int blocks) { g_grid_cap = blocks > 0 
 static bool is_kquant(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
 
 extern "C" int mu_cu_mv_parts(uint32_t type, int64_t cols) {
-    /* K-quants: parts of at most two batches (32 blocks); unit formats: of
-     * at most 256 units; whole items per part */
-    const int64_t items = is_kquant(type) ? cols / 256 : mu_cu_units(type, cols);
-    const int64_t most = is_kquant(type) ? 32 : 256;
-    if (items <= most) return 1;
+    /* K-quants: parts of two batches (32 blocks: the tiles' groups, cu_kq.cuh),
+     * the last one shorter; unit formats: equal parts of at most 256 units */
+    if (is_kquant(type)) {
+        const int64_t items = cols / 256;
+        return items <= 32 ? 1 : (int)((items + 31) / 32 < 8 ? (items + 31) / 32 : 8);
+    }
+    const int64_t items = mu_cu_units(type, cols);
+    if (items <= 256) return 1;
     for (int p = 2; p <= 8; p++)
-        if (items % p == 0 && items / p <= most) return p;
+        if (items % p == 0 && items / p <= 256) return p;
     return 1;
 }
 

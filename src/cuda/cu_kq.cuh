@@ -14,17 +14,26 @@
  * Canonical nibble layout of a chunk X (32 bytes): byte i holds weight
  * 64X + i in its low nibble and weight 64X + 32 + i in its high nibble (the
  * file's layout for Q4_K and Q5_K; Q6_K's low four bits are rearranged into
- * it at upload). Per block, the eight 16-byte halves are stored as
- *   [X0 h0, X1 h0, X0 h1, X1 h1, X2 h0, X3 h0, X2 h1, X3 h1]
- * so that lane pair (c0 = 0, 1) of a block reads 32 contiguous bytes in
- * each of its four 16-byte loads (whole 32-byte sectors per instruction).
+ * it at upload). Load i (0..3) of lane c0 of a block is the 16-byte half
+ * Y = i & 1 of chunk X = c0 + 2 (i >> 1).
+ *
+ * Tiles: a row's blocks form groups of 16 from the row's start (the last
+ * group may be shorter: nbb blocks). A warp batch is one group, lane pair p
+ * on block p, so the group's nibbles are stored load-major:
+ *   group start + 32 nbb i + 32 p + 16 c0
+ * and each of a warp's four loads reads one contiguous span of 32 nbb
+ * bytes. (Block-major, each load touched 32 bytes of 16 lines; a probe
+ * streamed 20% faster tiled, bench_cuda --chain-rows.) Q6_K's high bits
+ * (two 16-byte loads per lane) are tiled the same way. Launches that split
+ * a row into parts cut it at multiples of 16 blocks, so their batches are
+ * the groups; any other batching still finds its bytes (kq_qs_off).
  *
  * Side streams, per block (same bytes as the file, only moved):
  *   Q4_K: meta 16 B (d, dmin, scales[12]) as in the file.
  *   Q5_K: meta as Q4_K; qh 32 B = 16 B per c0: word 2cc + (k >> 2) (cc: which
  *         of the lane's chunks, k: 32-bit word of the chunk), byte j, bit
  *         (k & 3) = 5th bit of low weight 4k + j, bit 4 + (k & 3) = of high.
- *   Q6_K: qh 64 B = 32 B per c0: uint4 cc, word p, byte j holds the top two
+ *   Q6_K: qh 64 B = 32 B per c0 (tiled: kq_qh6_off): uint4 cc, word p, byte j holds the top two
  *         bits of the chunk's weights in words k = p and p + 4:
  *         [1:0] high of p+4, [3:2] low of p+4, [5:4] low of p, [7:6] high of p;
  *         meta 16 B = 8 B per c0: the int8 scales of the 16-weight groups
@@ -117,12 +126,22 @@ KQ_HD int kq_q6_value(const uint8_t *ql, const uint8_t *qh, int i) {
     return low4 | (hi2 << 4);
 }
 
-/* Half Y (0, 1) of chunk X (0..3) is stored at unit (X & 1) + 2Y + 4(X >> 1). */
-KQ_HD int kq_unit_of(int X, int Y) { return (X & 1) + 2 * Y + 4 * (X >> 1); }
+/* Byte offset, within its row's stream, of 16-byte load i of lane c0 of
+ * block b of a row of nb blocks, for a stream of 32 * loads bytes per block
+ * (nibbles: 4 loads; Q6_K's high bits: 2): the tile of b's group. */
+KQ_HD uint32_t kq_tile_off(int b, int c0, int i, int nb, int loads) {
+    const int b0 = b & ~15, nbb = nb - b0 < 16 ? nb - b0 : 16;
+    return (uint32_t)(32 * loads * b0 + 32 * nbb * i + 32 * (b - b0) + 16 * c0);
+}
+KQ_HD uint32_t kq_qs_off(int b, int c0, int i, int nb) { return kq_tile_off(b, c0, i, nb, 4); }
+KQ_HD uint32_t kq_qh6_off(int b, int c0, int j, int nb) { return kq_tile_off(b, c0, j, nb, 2); }
 
-/* src: one block in the file's layout; the stream pointers point at the
- * block's place in each stream (qs 128 B, qh 32/64 B, meta 16 B, d 1). */
-KQ_HD void kq_repack_block(uint32_t type, const uint8_t *src, uint8_t *qs, uint8_t *qh, uint8_t *meta, uint16_t *d) {
+/* src: block b of a row of nb blocks in the file's layout; qs_row, qh_row,
+ * meta_row, d_row: the row's place in each stream (qs 128 B per block, qh
+ * 32/64 B, meta 16 B, d 1). */
+KQ_HD void kq_repack_block(uint32_t type, const uint8_t *src, int b, int nb, uint8_t *qs_row, uint8_t *qh_row,
+                           uint8_t *meta_row, uint16_t *d_row) {
+    uint8_t *const meta = meta_row + 16 * b;
     uint8_t chunk[128]; /* canonical nibble layout */
     if (type == MU_TYPE_Q4_K || type == MU_TYPE_Q5_K) {
         const uint8_t *fq = src + (type == MU_TYPE_Q4_K ? 16 : 48);
@@ -130,6 +149,7 @@ KQ_HD void kq_repack_block(uint32_t type, const uint8_t *src, uint8_t *qs, uint8
         for (int i = 0; i < 16; i++) meta[i] = src[i];
         if (type == MU_TYPE_Q5_K) {
             const uint8_t *fh = src + 16; /* bit 2X of fh[l]: low weight l of chunk X; 2X+1: high */
+            uint8_t *const qh = qh_row + 32 * b; /* lane c0's 16 bytes at 16 c0: contiguous across lanes */
             for (int i = 0; i < 32; i++) qh[i] = 0;
             for (int c0 = 0; c0 < 2; c0++)
                 for (int cc = 0; cc < 2; cc++)
@@ -150,13 +170,14 @@ KQ_HD void kq_repack_block(uint32_t type, const uint8_t *src, uint8_t *qs, uint8
         for (int c0 = 0; c0 < 2; c0++)
             for (int cc = 0; cc < 2; cc++) {
                 const int X = c0 + 2 * cc;
+                uint8_t *const qh = qh_row + kq_qh6_off(b, c0, cc, nb); /* lane c0's load cc */
                 for (int p = 0; p < 4; p++)
                     for (int j = 0; j < 4; j++) {
                         const int lo_p = kq_q6_value(ql, fh, 64 * X + 4 * p + j) >> 4;
                         const int hi_p = kq_q6_value(ql, fh, 64 * X + 32 + 4 * p + j) >> 4;
                         const int lo_q = kq_q6_value(ql, fh, 64 * X + 4 * (p + 4) + j) >> 4;
                         const int hi_q = kq_q6_value(ql, fh, 64 * X + 32 + 4 * (p + 4) + j) >> 4;
-                        qh[32 * c0 + 16 * cc + 4 * p + j] = (uint8_t)(hi_q | (lo_q << 2) | (lo_p << 4) | (hi_p << 6));
+                        qh[4 * p + j] = (uint8_t)(hi_q | (lo_q << 2) | (lo_p << 4) | (hi_p << 6));
                     }
             }
         for (int c0 = 0; c0 < 2; c0++)
@@ -164,11 +185,14 @@ KQ_HD void kq_repack_block(uint32_t type, const uint8_t *src, uint8_t *qs, uint8
                 meta[8 * c0 + t] = (uint8_t)sc[4 * c0 + t];
                 meta[8 * c0 + 4 + t] = (uint8_t)sc[8 + 4 * c0 + t];
             }
-        *d = (uint16_t)(src[208] | (src[209] << 8));
+        d_row[b] = (uint16_t)(src[208] | (src[209] << 8));
     }
-    for (int X = 0; X < 4; X++)
-        for (int Y = 0; Y < 2; Y++)
-            for (int i = 0; i < 16; i++) qs[16 * kq_unit_of(X, Y) + i] = chunk[32 * X + 16 * Y + i];
+    for (int c0 = 0; c0 < 2; c0++)
+        for (int i = 0; i < 4; i++) {
+            const int X = c0 + 2 * (i >> 1), Y = i & 1;
+            uint8_t *const q = qs_row + kq_qs_off(b, c0, i, nb);
+            for (int k = 0; k < 16; k++) q[k] = chunk[32 * X + 16 * Y + k];
+        }
 }
 
 /* ---- a lane-block's data ------------------------------------------------------------ */
@@ -183,9 +207,6 @@ struct KqLane {
     V4 h[2];
     uint32_t d;
 };
-
-/* Byte offsets of a lane-block's data within its row (block b of the row). */
-KQ_HD uint32_t kq_qs_off(int b, int c0, int i) { return (uint32_t)b * 128u + 16u * (uint32_t)kq_unit_of(c0 + 2 * (i >> 1), i & 1); }
 
 /* Word k (0..7) of the lane's chunk cc (0: X = c0, 1: X = c0 + 2). */
 template <class V4>

@@ -29,6 +29,8 @@ struct LabChain {
     uint32_t stage_ns;   /* every block, after the wait (the input staging) */
     uint32_t tail_ns;    /* the last block, at the end (the residual/norm tail) */
     unsigned *counter;
+    int pattern;         /* 0: contiguous batches; else a matvec's rows (lab_rows_kernel) */
+    int row_blocks[4];   /* 256-weight blocks per row of each segment (pattern > 0) */
 };
 
 __device__ __forceinline__ const uint4 *lab_seg_src(const LabChain &c, int s) {
@@ -125,6 +127,66 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_seg_kernel(const __grid
     }
 }
 
+/* A matvec's addressing instead of contiguous batches: warp gw takes rows
+ * gw, gw + W, ...; a row of row_blocks Q4_K-sized blocks (128 B of nibbles
+ * plus 16 B of scales) in batches of BB blocks, lane pair p on block p of
+ * the batch, four 16-byte nibble loads and one scale load per lane.
+ * PAT 1: the engine's layout (lane pair p reads 32 contiguous bytes per
+ * load, scales in a separate stream); 2: the batch's nibbles tiled so that
+ * each load of the warp reads one contiguous span; 3: the engine's nibble
+ * order with the scales after each block's nibbles (the file's 144 bytes). */
+template <int PAT, int BB>
+__global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_rows_kernel(const __grid_constant__ LabChain c, int s,
+                                                                    unsigned *sink) {
+    pdl_trigger();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, p = lane >> 1, c0 = lane & 1;
+    const int64_t W = (int64_t)gridDim.x * LAB_WARPS, gw = (int64_t)blockIdx.x * LAB_WARPS + warp;
+    const int64_t rows = c.batches[s & 3];
+    const int rb = c.row_blocks[s & 3];
+    const uint8_t *base = reinterpret_cast<const uint8_t *>(lab_seg_src(c, s));
+    const uint8_t *meta = base + rows * rb * 128;
+    uint4 r[5];
+    auto load = [&](int64_t row, int b0) {
+        const int nbb = min(BB, rb - b0);
+        if (p >= nbb) {
+#pragma unroll
+            for (int i = 0; i < 5; i++) r[i] = make_uint4(0, 0, 0, 0);
+            return;
+        }
+        const int64_t blk = row * rb + b0 + p;
+        if (PAT == 3) {
+            const uint8_t *q = base + blk * 144;
+#pragma unroll
+            for (int i = 0; i < 4; i++) r[i] = ld_stream(q + 32 * i + 16 * c0);
+            r[4] = ld_weight16(q + 128);
+            return;
+        }
+        if (PAT == 2) {
+            const uint8_t *q = base + (row * rb + b0) * 128 + 32 * p + 16 * c0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) r[i] = ld_stream(q + 32 * nbb * i);
+        } else {
+            const uint8_t *q = base + blk * 128 + 16 * c0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) r[i] = ld_stream(q + 32 * i);
+        }
+        r[4] = ld_weight16(meta + blk * 16);
+    };
+    int64_t row = gw;
+    int b0 = 0;
+    if (row < rows) load(row, 0); /* before the wait, as the matvec */
+    pdl_wait();
+    if (c.stage_ns) lab_spin(c.stage_ns);
+    unsigned acc = 0;
+    while (row < rows) {
+        acc ^= lab_fold(r, c.work);
+        b0 += BB;
+        if (b0 >= rb) b0 = 0, row += W;
+        if (row < rows) load(row, b0);
+    }
+    if (acc == 0x9E3779B9u) *sink = acc;
+}
+
 /* Every segment in one launch. mode 0: no barrier (the streaming floor);
  * 1: a grid barrier between segments; 2: the barrier with each warp's first
  * batch of the next segment loaded before it. bar counts arrivals (zeroed
@@ -173,6 +235,14 @@ __global__ void lab_fill_kernel(uint4 *p, int64_t n) {
 typedef void (*lab_seg_fn)(LabChain, int, unsigned *);
 
 /* The segment kernel of (nb, depth), or null when not built. */
+lab_seg_fn lab_rows_pick(int pattern, int batch_blocks) {
+#define LAB_PICK(P, B) \
+    if (pattern == P && batch_blocks == B) return lab_rows_kernel<P, B>;
+    LAB_PICK(1, 16) LAB_PICK(2, 16) LAB_PICK(3, 16) LAB_PICK(1, 13) LAB_PICK(2, 13)
+#undef LAB_PICK
+    return nullptr;
+}
+
 lab_seg_fn lab_seg_pick(int nb, int depth) {
 #define LAB_PICK(N, D) \
     if (nb == N && depth == D) return lab_seg_kernel<N, D>;
@@ -209,17 +279,28 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     double total_bytes = 0;
     std::vector<float> t;
     const bool pdl_was = mu_cu_get_pdl();
-    const lab_seg_fn seg = lab_seg_pick(cfg->nb, cfg->depth);
+    const bool rows = cfg->pattern > 0;
+    const lab_seg_fn seg = rows ? lab_rows_pick(cfg->pattern, cfg->batch_blocks) : lab_seg_pick(cfg->nb, cfg->depth);
     void (*pers)(LabChain, int, unsigned *, unsigned *) =
         nbl == 4 ? lab_persistent_kernel<4> : nbl == 5 ? lab_persistent_kernel<5> : lab_persistent_kernel<8>;
     const size_t smem = (size_t)LAB_WARPS * (cfg->depth > 0 ? cfg->depth : 0) * batch_elems * 16;
     memset(out, 0, sizeof *out);
-    if (!seg || cfg->segs < 2) return mu_fail(-2, "lab chain: no kernel for %d loads per lane at depth %d", cfg->nb, cfg->depth);
+    if (!seg || cfg->segs < 2 || (rows && (cfg->persistent || cfg->depth)))
+        return mu_fail(-2, "lab chain: no kernel for %d loads per lane at depth %d (pattern %d, batches of %d)", cfg->nb,
+                       cfg->depth, cfg->pattern, cfg->batch_blocks);
     LCK(cudaGetDevice(&dev));
     LCK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    c.pattern = cfg->pattern;
     for (int i = 0; i < 4; i++) {
-        c.batches[i] = std::max<int64_t>(1, (int64_t)(cfg->seg_mb[i] * 1e6 / (16.0 * batch_elems)));
-        region = std::max(region, c.batches[i] * batch_elems);
+        if (rows) { /* batches[] counts rows; 144 bytes per block */
+            c.row_blocks[i] = cfg->row_blocks[i] > 0 ? cfg->row_blocks[i] : 26;
+            const double row_bytes = 144.0 * c.row_blocks[i];
+            c.batches[i] = std::max<int64_t>(1, (int64_t)(cfg->seg_mb[i] * 1e6 / row_bytes));
+            region = std::max(region, (c.batches[i] * c.row_blocks[i] * 144 + 15) / 16);
+        } else {
+            c.batches[i] = std::max<int64_t>(1, (int64_t)(cfg->seg_mb[i] * 1e6 / (16.0 * batch_elems)));
+            region = std::max(region, c.batches[i] * batch_elems);
+        }
     }
     c.segs = cfg->segs;
     c.work = cfg->work;
@@ -227,7 +308,8 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     c.tail_ns = (uint32_t)(cfg->tail_us * 1e3);
     c.regions = (int)std::max<int64_t>(4, (int64_t)(2e9 / (16.0 * region))); /* 2 GB: no L2 reuse */
     c.region_elems = region;
-    for (int s = 0; s < c.segs; s++) total_bytes += 16.0 * batch_elems * c.batches[s & 3];
+    for (int s = 0; s < c.segs; s++)
+        total_bytes += rows ? 144.0 * c.row_blocks[s & 3] * c.batches[s & 3] : 16.0 * batch_elems * c.batches[s & 3];
     LCK(cudaMalloc(&buf, (size_t)(16 * region) * c.regions));
     LCK(cudaMalloc(&bar, 64));
     LCK(cudaMalloc(&sink, 64));

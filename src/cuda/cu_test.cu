@@ -458,14 +458,15 @@ struct XAt {
 };
 
 template <uint32_t T>
-KqLane<kq_u4> host_lane(const uint8_t *qs, const uint8_t *qh, const uint8_t *meta, const uint16_t *d, int b, int c0) {
+KqLane<kq_u4> host_lane(const uint8_t *qs, const uint8_t *qh, const uint8_t *meta, const uint16_t *d, int b, int nb,
+                        int c0) {
     KqLane<kq_u4> L;
     memset(&L, 0, sizeof L);
-    for (int i = 0; i < 4; i++) memcpy(&L.q[i], qs + kq_qs_off(b, c0, i), 16);
+    for (int i = 0; i < 4; i++) memcpy(&L.q[i], qs + kq_qs_off(b, c0, i, nb), 16);
     if (T == MU_TYPE_Q6_K) {
         memcpy(&L.m, meta + 16 * b + 8 * c0, 8);
-        memcpy(&L.h[0], qh + 64 * b + 32 * c0, 16);
-        memcpy(&L.h[1], qh + 64 * b + 32 * c0 + 16, 16);
+        memcpy(&L.h[0], qh + kq_qh6_off(b, c0, 0, nb), 16);
+        memcpy(&L.h[1], qh + kq_qh6_off(b, c0, 1, nb), 16);
         L.d = d[b];
     } else {
         memcpy(&L.m, meta + 16 * b, 16);
@@ -474,9 +475,35 @@ KqLane<kq_u4> host_lane(const uint8_t *qs, const uint8_t *qh, const uint8_t *met
     return L;
 }
 
+/* The tiles (cu_kq.cuh): every 16-byte unit of a row of nb blocks is one
+ * lane's load (no overlap, no gap), and load i of a warp batch (one group)
+ * reads one contiguous span. */
+int selftest_tiles(int nb, int loads, char *msg, size_t cap) {
+    std::vector<int> seen((size_t)nb * 2 * loads, 0);
+    for (int b0 = 0; b0 < nb; b0 += 16) {
+        const int nbb = nb - b0 < 16 ? nb - b0 : 16;
+        for (int i = 0; i < loads; i++) {
+            const uint32_t first = kq_tile_off(b0, 0, i, nb, loads);
+            for (int p = 0; p < nbb; p++)
+                for (int c0 = 0; c0 < 2; c0++) {
+                    const uint32_t off = kq_tile_off(b0 + p, c0, i, nb, loads);
+                    if (off % 16 || off / 16 >= seen.size())
+                        return snprintf(msg, cap, "tile offset %u outside a row of %d blocks", off, nb), 1;
+                    seen[off / 16]++;
+                    if (off != first + 32 * p + 16 * c0)
+                        return snprintf(msg, cap, "%d blocks: load %d of block %d is not in its batch's span", nb, i,
+                                        b0 + p), 1;
+                }
+        }
+    }
+    for (size_t u = 0; u < seen.size(); u++)
+        if (seen[u] != 1) return snprintf(msg, cap, "%d blocks: unit %zu loaded %d times", nb, u, seen[u]), 1;
+    return 0;
+}
+
 template <uint32_t T>
-int selftest_type(uint64_t *rng, char *msg, size_t cap) {
-    const int nb = 3, cols = 256 * nb;
+int selftest_type(uint64_t *rng, int nb, char *msg, size_t cap) {
+    const int cols = 256 * nb;
     const int bb = T == MU_TYPE_Q4_K ? 144 : (T == MU_TYPE_Q5_K ? 176 : 210);
     int qhb = 0, metab = 0, db = 0;
     kq_streams(T, qhb, metab, db);
@@ -486,9 +513,8 @@ int selftest_type(uint64_t *rng, char *msg, size_t cap) {
     std::vector<int8_t> xq(cols);
     if (mu_random_blocks(T, raw.data(), cols, rng, 0.05f) != 0) return snprintf(msg, cap, "random blocks"), 1;
     mu_dequant_row(T, raw.data(), ref.data(), cols);
-    for (int b = 0; b < nb; b++)
-        kq_repack_block(T, raw.data() + (size_t)b * bb, qs.data() + 128 * b, qh.data() + (size_t)qhb * b,
-                        meta.data() + 16 * b, d.data() + b);
+    (void)qhb;
+    for (int b = 0; b < nb; b++) kq_repack_block(T, raw.data() + (size_t)b * bb, b, nb, qs.data(), qh.data(), meta.data(), d.data());
     for (int i = 0; i < cols; i++) {
         out[i] = NAN;
         *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -504,7 +530,7 @@ int selftest_type(uint64_t *rng, char *msg, size_t cap) {
     }
     for (int b = 0; b < nb; b++)
         for (int c0 = 0; c0 < 2; c0++) {
-            const KqLane<kq_u4> L = host_lane<T>(qs.data(), qh.data(), meta.data(), d.data(), b, c0);
+            const KqLane<kq_u4> L = host_lane<T>(qs.data(), qh.data(), meta.data(), d.data(), b, nb, c0);
             kq_dequant<T>(L, c0, PutAt{out.data() + 256 * b});
             kq_act a;
             memset(&a, 0, sizeof a);
@@ -540,11 +566,16 @@ int selftest_type(uint64_t *rng, char *msg, size_t cap) {
 } // namespace
 
 extern "C" int mu_cuda_selftest_kq(char *msg, size_t cap) {
+    /* rows of one block, of groups short and full, and ragged last groups */
+    static const int widths[] = {1, 3, 15, 16, 17, 26, 32, 39, 78};
     uint64_t rng = 0x1234567ull;
-    for (int rep = 0; rep < 20; rep++) {
-        if (selftest_type<MU_TYPE_Q4_K>(&rng, msg, cap)) return 1;
-        if (selftest_type<MU_TYPE_Q5_K>(&rng, msg, cap)) return 1;
-        if (selftest_type<MU_TYPE_Q6_K>(&rng, msg, cap)) return 1;
+    for (int nb : widths) {
+        if (selftest_tiles(nb, 4, msg, cap) || selftest_tiles(nb, 2, msg, cap)) return 1;
+        for (int rep = 0; rep < 4; rep++) {
+            if (selftest_type<MU_TYPE_Q4_K>(&rng, nb, msg, cap)) return 1;
+            if (selftest_type<MU_TYPE_Q5_K>(&rng, nb, msg, cap)) return 1;
+            if (selftest_type<MU_TYPE_Q6_K>(&rng, nb, msg, cap)) return 1;
+        }
     }
     return 0;
 }
