@@ -97,6 +97,8 @@ static const uint32_t all_types[] = {MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, M
                                      MU_TYPE_Q4_0, MU_TYPE_F16,  MU_TYPE_BF16, MU_TYPE_F32};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
+static bool is_kquant(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
+
 static void test_matvec(void) {
     /* sizes: the 30B's input widths (6656, 19968, 4096) and a small one */
     const int64_t cols_list[] = {256, 4096, 6656, 19968};
@@ -112,28 +114,35 @@ static void test_matvec(void) {
             for (int lane = 0; lane < 2; lane++) {
                 const void *raws[1] = {w};
                 const int64_t nr[1] = {rows};
-                int rc = mu_cuda_test_matvec(1, &type, raws, nr, cols, x, lane, y, xq, xds);
-                CHECKF(rc == 0, "matvec %s: %s", mu_type_name(type), muser_last_error());
-                if (rc) continue;
-                if (lane == 1) check_q8("matvec input", x, xq, xds, cols);
-                int bad = 0;
-                double worst = 0;
-                for (int64_t r = 0; r < rows; r++) {
-                    double tol;
-                    const double ref = ref_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), cols, x, xq, xds,
-                                               lane, &tol);
-                    const double err = fabs((double)y[r] - ref);
-                    if (!(err <= tol)) bad++;
-                    if (err / tol > worst) worst = err / tol;
+                /* fast-lane K-quant rows of more than one batch: also in parts of one batch */
+                const int batches = (int)((cols / 256 + 15) / 16);
+                const int runs = lane == 1 && is_kquant(type) && batches > 1 ? 2 : 1;
+                for (int run = 0; run < runs; run++) {
+                    const int bp = run ? batches : 0;
+                    int rc = mu_cuda_test_matvec(1, &type, raws, nr, cols, x, lane, y, xq, xds, bp);
+                    CHECKF(rc == 0, "matvec %s: %s", mu_type_name(type), muser_last_error());
+                    if (rc) continue;
+                    if (lane == 1) check_q8("matvec input", x, xq, xds, cols);
+                    int bad = 0;
+                    double worst = 0;
+                    for (int64_t r = 0; r < rows; r++) {
+                        double tol;
+                        const double ref = ref_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), cols, x, xq,
+                                                   xds, lane, &tol);
+                        const double err = fabs((double)y[r] - ref);
+                        if (!(err <= tol)) bad++;
+                        if (err / tol > worst) worst = err / tol;
+                    }
+                    CHECKF(bad == 0, "matvec %s cols %lld lane %s (%d batch parts): %d of %lld rows off (worst %.2f x tol)",
+                           mu_type_name(type), (long long)cols, lane ? "fast" : "exact", bp, bad, (long long)rows, worst);
                 }
-                CHECKF(bad == 0, "matvec %s cols %lld lane %s: %d of %lld rows off (worst %.2f x tol)", mu_type_name(type),
-                       (long long)cols, lane ? "fast" : "exact", bad, (long long)rows, worst);
             }
             free(w), free(x), free(y), free(xq), free(xds);
         }
     }
-    /* one launch over q, k, v, gate with mixed formats (as Meta's mix: V in Q6_K) */
-    const int64_t cols = 1024;
+    /* one launch over q, k, v, gate with mixed formats (as Meta's mix: V in
+     * Q6_K), rows of 26 blocks (the 30B's width): whole, and in two batch parts */
+    const int64_t cols = 6656;
     const uint32_t types[4] = {MU_TYPE_Q4_K, MU_TYPE_Q4_K, MU_TYPE_Q6_K, MU_TYPE_Q5_K};
     const int64_t rows[4] = {256, 40, 40, 256};
     void *ws[4];
@@ -143,8 +152,9 @@ static void test_matvec(void) {
     int8_t *xq = malloc(cols);
     float *xds = malloc(sizeof(float) * cols / 8);
     rand_vec(x, cols, 2.0f);
-    for (int lane = 0; lane < 2; lane++) {
-        int rc = mu_cuda_test_matvec(4, types, (const void *const *)ws, rows, cols, x, lane, y, xq, xds);
+    for (int run = 0; run < 3; run++) {
+        const int lane = run ? 1 : 0, bp = run == 2 ? 2 : 0;
+        int rc = mu_cuda_test_matvec(4, types, (const void *const *)ws, rows, cols, x, lane, y, xq, xds, bp);
         CHECKF(rc == 0, "qkvg matvec: %s", muser_last_error());
         int bad = 0;
         int64_t off = 0;
@@ -157,11 +167,12 @@ static void test_matvec(void) {
             }
             off += rows[i];
         }
-        CHECKF(bad == 0, "qkvg matvec lane %d: %d rows off", lane, bad);
+        CHECKF(bad == 0, "qkvg matvec lane %d (%d batch parts): %d rows off", lane, bp, bad);
     }
     for (int i = 0; i < 4; i++) free(ws[i]);
     free(x), free(y), free(xq), free(xds);
-    printf("  matvec: %d formats x 4 widths x 2 lanes, and a 4-matrix row space\n", N_TYPES);
+    printf("  matvec: %d formats x 4 widths x 2 lanes (K-quant rows past one batch also in batch parts), and a "
+           "4-matrix row space\n", N_TYPES);
 }
 
 static void test_dequant(void) {
@@ -314,7 +325,7 @@ static void test_logits(void) {
         float ytmp;
         const void *raws[1] = {w};
         const int64_t one = 1;
-        mu_cuda_test_matvec(1, &type, raws, &one, cols, x, 1, &ytmp, xq, xds);
+        mu_cuda_test_matvec(1, &type, raws, &one, cols, x, 1, &ytmp, xq, xds, 0);
         for (int lane = 0; lane < 2; lane++) {
             int32_t chosen = -1;
             const float scale = 0.1961161345f, cap = 20.0f;
@@ -351,9 +362,11 @@ static void test_logits(void) {
 }
 
 static void test_qkv_post(void) {
-    const int T = 3, H = 8, Hk = 2;
+    const int H = 8, Hk = 2;
     const int64_t cap = 11;
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 6; variant++) {
+        /* variants 4, 5: one token with q, k, v in a matvec's batch parts */
+        const int T = variant < 4 ? 3 : 1, parts = variant < 4 ? 1 : variant - 2;
         const bool kv_f32 = variant & 1, neox = variant & 2;
         const int n_rot = neox ? 96 : 128;
         mu_hparams hp;
@@ -372,7 +385,7 @@ static void test_qkv_post(void) {
         for (int i = 0; i < 128; i++) qnw[i] = 3.87f + 0.1f * tl_rand_normal(&rng), knw[i] = 1.0f + 0.1f * tl_rand_normal(&rng);
         const int32_t slots[3] = {10, 0, 4};
         for (int t = 0; t < T; t++) mu_rope_table(&hp, 500000.0f, NULL, 100 + 37 * t, cs + t * n_rot);
-        mu_cuda_test_qkv a = {T, H, Hk, n_rot, neox, 1, kv_f32, cap, q, k, v, qnw, knw, 1e-5f, cs, slots, qn, kc, vc};
+        mu_cuda_test_qkv a = {T, H, Hk, n_rot, neox, 1, kv_f32, cap, q, k, v, qnw, knw, 1e-5f, cs, slots, parts, qn, kc, vc};
         CHECKF(mu_cuda_test_qkv_post(&a) == 0, "qkv_post: %s", muser_last_error());
         double worst = 0;
         int bad_rows = 0;
@@ -393,7 +406,10 @@ static void test_qkv_post(void) {
                 if (!isq) {
                     const float *vg = vc + ((int64_t)slots[t] * Hk + h - H) * 128, *vw = v + (t * Hk + h - H) * 128;
                     for (int d = 0; d < 128; d++)
-                        if (fabs(vg[d] - vw[d]) > (kv_f32 ? 0 : 1e-3 * fabs(vw[d]) + 1e-6)) bad_rows++;
+                        /* (parts: the splits' sum rounds within a few ulps of the value's scale) */
+                        if (fabs(vg[d] - vw[d]) > (kv_f32 ? (parts > 1 ? 1e-6 * (fabs(vw[d]) + 0.25) : 0)
+                                                          : 1e-3 * fabs(vw[d]) + 1e-6))
+                            bad_rows++;
                 }
             }
         }
@@ -402,11 +418,11 @@ static void test_qkv_post(void) {
             for (int i = 0; i < Hk * 128; i++)
                 if (kc[s * Hk * 128 + i] != 0.f || vc[s * Hk * 128 + i] != 0.f) bad_rows++;
         }
-        CHECKF(worst < 1e-5 && bad_rows == 0, "qkv_post (kv %s, %s): worst rel %.3g, %d bad values",
-               kv_f32 ? "f32" : "f16", neox ? "neox" : "norm", worst, bad_rows);
+        CHECKF(worst < 1e-5 && bad_rows == 0, "qkv_post (kv %s, %s, %d parts): worst rel %.3g, %d bad values",
+               kv_f32 ? "f32" : "f16", neox ? "neox" : "norm", parts, worst, bad_rows);
         free(q), free(k), free(v), free(qn), free(kc), free(vc), free(cs);
     }
-    printf("  QK-norm + RoPE (NORM, NEOX) + KV append\n");
+    printf("  QK-norm + RoPE (NORM, NEOX) + KV append, and from batch parts\n");
 }
 
 /* Attention in double over the visible rows of a plane. */
@@ -478,8 +494,10 @@ static void test_attention(void) {
             if (!kv_f32)
                 for (int64_t i = 0; i < c->cap * kvd; i++)
                     kc[i] = mu_f16_to_f32(mu_f32_to_f16(kc[i])), vc[i] = mu_f16_to_f32(mu_f32_to_f16(vc[i]));
+            /* case 3: the gate in a matvec's batch parts */
             mu_cuda_test_attn a = {c->T, c->H, c->Hk, kv_f32, use_mma, c->split_cap, c->cap, q, kc, vc, nv, pf, rt,
-                                   0.08838834764831845f, ci % 2 ? gate : NULL, out, c->T == 1 ? oq : NULL, ods};
+                                   0.08838834764831845f, ci % 2 ? gate : NULL, ci == 3 ? 2 : 1, out,
+                                   c->T == 1 ? oq : NULL, ods};
             int rc = mu_cuda_test_attention(&a);
             CHECKF(rc == 0, "attention: %s", muser_last_error());
             if (rc) continue;

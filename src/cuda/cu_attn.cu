@@ -398,6 +398,14 @@ extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaSt
     return launch_pdl(attn_f32_kernel<false>, grid, dim3(128), 0, s, *a);
 }
 
+/* The raw gate of element i of token t: its parts (T = 1) added in order. */
+__device__ __forceinline__ float gate_raw(const mu_cu_reduce &a, int t, int64_t i) {
+    const float *g = a.gate + (int64_t)t * a.gate_stride + i;
+    float v = __ldcg(g);
+    for (int p = 1; p < a.gate_parts; p++) v += __ldcg(g + (int64_t)p * a.n_head * a.head_dim);
+    return v;
+}
+
 /* ---- reducer: merge the splits, divide once, gate ------------------------------------------
  * 512 threads per (token, head): the split maxima and weights in parallel,
  * then four groups of 128 (one dim each) sum a quarter of the splits. */
@@ -413,7 +421,7 @@ __global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant_
     const float ms_raw = tid < a.split_cap ? __ldcg(a.part_m + base + tid) : -INFINITY;
     const float pl = tid < a.split_cap ? __ldcg(a.part_l + base + tid) : 0.f;
     const float o_first = g < a.split_cap ? __ldcg(a.part_o + (base + g) * 128 + d) : 0.f;
-    const float gv = (a.gate && tid < 128) ? __ldcg(a.gate + (int64_t)t * a.gate_stride + h * 128 + d) : 0.f;
+    const float gv = (a.gate && tid < 128) ? gate_raw(a, t, h * 128 + d) : 0.f;
     const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
     const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);
     const float ms = tid < S ? ms_raw : -INFINITY;
@@ -553,7 +561,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
         }
     }
     /* the gate, raw (sigmoid below) */
-    const float gv = a.rd.gate ? __ldcg(a.rd.gate + h * 128 + tid) : 0.f;
+    const float gv = a.rd.gate ? gate_raw(a.rd, 0, h * 128 + tid) : 0.f;
     if (warp == 0) {
         float x[4];
         float4 v;

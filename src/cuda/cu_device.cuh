@@ -395,13 +395,24 @@ __device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, 
     const bool isq = hh < a.n_head;
     const int head = isq ? hh : hh - a.n_head;
     const float *src = isq ? a.q + (int64_t)t * a.q_stride + head * 128 : a.k + (int64_t)t * a.kv_stride + head * 128;
+    const float *vsrc = a.v + (int64_t)t * a.kv_stride + head * 128;
+    const bool want_v = !isq && with_v;
     {
         const float4 r = __ldcg(reinterpret_cast<const float4 *>(src) + lane);
         x[0] = r.x, x[1] = r.y, x[2] = r.z, x[3] = r.w;
     }
     /* V in the same round as the rest (a load after the K stores would wait for them) */
-    v = (!isq && with_v) ? __ldcg(reinterpret_cast<const float4 *>(a.v + (int64_t)t * a.kv_stride + head * 128) + lane)
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    v = want_v ? __ldcg(reinterpret_cast<const float4 *>(vsrc) + lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+    /* the matvec's batch parts, a matrix's rows apart, added in order */
+    const int64_t part_rows = (int64_t)(isq ? a.n_head : a.n_head_kv) * 128;
+    for (int p = 1; p < a.parts; p++) {
+        const float4 r = __ldcg(reinterpret_cast<const float4 *>(src + p * part_rows) + lane);
+        x[0] += r.x, x[1] += r.y, x[2] += r.z, x[3] += r.w;
+        if (want_v) {
+            const float4 w = __ldcg(reinterpret_cast<const float4 *>(vsrc + p * part_rows) + lane);
+            v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+        }
+    }
     const float *nw = isq ? a.q_norm : a.k_norm;
     if (nw) {
         const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);

@@ -61,6 +61,17 @@ int32_t mu_cu_units(uint32_t type, int64_t cols);
  * so that every warp streams about the same bytes; the tail adds the parts'
  * partial sums in order (deterministic). */
 int mu_cu_mv_parts(uint32_t type, int64_t cols);
+/* Most batch parts a fast-lane STORE may split its row-dots into (the
+ * activation buffers of q, k, v and the gate hold this many rows). */
+#define MU_CU_BATCH_PARTS_MAX 8
+/* Parts of one batch (16 blocks) each for the row-dots of a fast-lane
+ * K-quant STORE launch when that takes at least a quarter fewer rounds of
+ * batches on the current GPU than whole rows (qkv + gate of a tensor-
+ * parallel rank of the 30B: 4352 rows of 26 blocks on 4224 warps, 4 rounds
+ * whole, 3 in parts); 1 otherwise. The consumer sums the parts (part p of
+ * matrix m at y_m + p * rows_m). */
+struct mu_cu_mv;
+int mu_cu_mv_batch_parts(const struct mu_cu_mv *a);
 
 /* ---- activations --------------------------------------------------------------
  * An input vector in both lanes' forms: f32 (exact lane, float weights) and
@@ -166,6 +177,9 @@ typedef struct mu_cu_qkv_post {
     int use_rope, base_index;
     const float *q, *k, *v;       /* raw projections [T][..]               */
     int64_t q_stride, kv_stride;  /* elements between tokens               */
+    int parts;                    /* T = 1: each projection in parts (the matvec's
+                                     batch_parts), a matrix's rows apart, summed
+                                     in order (0, 1: one)                   */
     const float *q_norm, *k_norm; /* [head_dim] or NULL                    */
     float eps;
     float *qn;             /* [T][n_head][head_dim]                       */
@@ -215,6 +229,8 @@ typedef struct mu_cu_mv {
                               round then partial) */
     int split_parts;       /* STORE of one matrix: rows split in K parts as RESNORM
                               (a norm-in consumer sums them)                */
+    int batch_parts;       /* STORE, fast lane, K-quants: row-dots in this many parts of
+                              one batch (mu_cu_mv_batch_parts; 0 or 1: whole) */
     mu_cu_norm_in nin;     /* nin.h set: the input is formed while staging (fast-lane
                               K-quants; act unused)                         */
     int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
@@ -261,6 +277,7 @@ typedef struct mu_cu_reduce {
     const float *part_m, *part_l, *part_o;
     const float *gate;     /* [T][n_head*head_dim] raw gate, or NULL      */
     int64_t gate_stride;
+    int gate_parts;        /* T = 1: the gate in parts n_head*head_dim apart, summed in order (0, 1: one) */
     mu_cu_normout out;     /* [T][n_head*head_dim]                         */
     int64_t out_stride;
     mu_cu_recs recs;

@@ -115,6 +115,24 @@ mu_cu_recs single_rec(Pool &pool, int T, int n_rot, const std::vector<uint8_t> &
     return r;
 }
 
+/* x [n] as parts [parts][n] on the device that sum to x in order: parts
+ * 1.. pseudo-random of x's scale, part 0 the rest (a matvec's batch parts) */
+float *split_up(Pool &pool, const float *x, size_t n, int parts, uint32_t seed) {
+    if (parts <= 1) return pool.up(x, n);
+    std::vector<float> h((size_t)parts * n);
+    for (size_t i = 0; i < n; i++) {
+        float rest = x[i];
+        for (int p = 1; p < parts; p++) {
+            seed = seed * 1664525u + 1013904223u;
+            const float r = ((float)(seed >> 8) * (1.0f / 16777216.0f) - 0.5f) * (fabsf(x[i]) + 0.25f);
+            h[(size_t)p * n + i] = r;
+            rest -= r;
+        }
+        h[i] = rest;
+    }
+    return pool.up(h.data(), h.size());
+}
+
 } // namespace
 
 #define RCK(x)              \
@@ -124,17 +142,20 @@ mu_cu_recs single_rec(Pool &pool, int T, int n_rot, const std::vector<uint8_t> &
     } while (0)
 
 extern "C" int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *const *raws, const int64_t *rows,
-                                   int64_t cols, const float *x, int lane, float *y, int8_t *xq, float *xds) {
+                                   int64_t cols, const float *x, int lane, float *y, int8_t *xq, float *xds,
+                                   int batch_parts) {
     Pool pool;
     mu_cu_mv a;
     memset(&a, 0, sizeof a);
     a.lane = lane;
     a.epi = MU_CU_EPI_STORE;
+    a.batch_parts = batch_parts;
+    const int np = batch_parts > 1 ? batch_parts : 1;
     RCK(make_act(pool, x, cols, lane, &a.act, xq, xds));
     int64_t total = 0;
     for (int i = 0; i < nseg; i++) {
         RCK(make_weight(pool, types[i], raws[i], rows[i], cols, &a.seg[i].w));
-        a.seg[i].y = pool.get<float>((size_t)rows[i], 0xff);
+        a.seg[i].y = pool.get<float>((size_t)rows[i] * np, 0xff);
         total += rows[i];
     }
     a.nseg = nseg;
@@ -142,11 +163,17 @@ extern "C" int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *
     TCK(cudaDeviceSynchronize());
     int64_t off = 0;
     for (int i = 0; i < nseg; i++) {
-        RCK(down(y + off, a.seg[i].y, (size_t)rows[i]));
+        std::vector<float> yp((size_t)rows[i] * np);
+        RCK(down(yp.data(), a.seg[i].y, yp.size()));
+        for (int64_t r = 0; r < rows[i]; r++) { /* the parts in order, as the consumers add them */
+            float v = yp[(size_t)r];
+            for (int p = 1; p < np; p++) v += yp[(size_t)p * rows[i] + r];
+            y[off + r] = v;
+        }
         off += rows[i];
     }
     (void)total;
-    if (lane != MU_CU_LANE_FAST) return 0;
+    if (lane != MU_CU_LANE_FAST || np > 1) return 0;
     /* quantizing x while staging (the int8 input poisoned) gives the same bits */
     mu_cu_mv b = a;
     b.quant_input = 1;
@@ -360,9 +387,11 @@ extern "C" int mu_cuda_test_qkv_post(const mu_cuda_test_qkv *t) {
     a.n_rot = t->n_rot;
     a.neox = t->neox;
     a.use_rope = t->use_rope;
-    a.q = pool.up(t->q, (size_t)T * H * 128);
-    a.k = pool.up(t->k, (size_t)T * Hk * 128);
-    a.v = pool.up(t->v, (size_t)T * Hk * 128);
+    if (t->parts > 1 && T != 1) return mu_fail(-2, "qkv_post test: parts need T = 1");
+    a.parts = t->parts;
+    a.q = split_up(pool, t->q, (size_t)T * H * 128, t->parts, 11u);
+    a.k = split_up(pool, t->k, (size_t)T * Hk * 128, t->parts, 12u);
+    a.v = split_up(pool, t->v, (size_t)T * Hk * 128, t->parts, 13u);
     a.q_stride = H * 128;
     a.kv_stride = Hk * 128;
     a.q_norm = t->q_norm ? pool.up(t->q_norm, 128) : nullptr;
@@ -422,8 +451,10 @@ extern "C" int mu_cuda_test_attention(const mu_cuda_test_attn *t) {
     r.part_m = a.part_m;
     r.part_l = a.part_l;
     r.part_o = a.part_o;
-    r.gate = t->gate ? pool.up(t->gate, (size_t)T * H * 128) : nullptr;
+    if (t->gate_parts > 1 && T != 1) return mu_fail(-2, "attention test: gate parts need T = 1");
+    r.gate = t->gate ? split_up(pool, t->gate, (size_t)T * H * 128, t->gate_parts, 14u) : nullptr;
     r.gate_stride = H * 128;
+    r.gate_parts = t->gate_parts;
     r.out.x = pool.get<float>((size_t)T * H * 128, 0xff);
     r.out.q = t->out_q ? pool.get<int8_t>((size_t)T * H * 128, 0x7f) : nullptr;
     r.out.ds = t->out_q ? pool.get<float>((size_t)T * H * 16, 0xff) : nullptr;

@@ -132,6 +132,9 @@ typedef struct cuda_backend {
      * between h and h2 (boundary k reads one and writes the other) */
     float *h2;
     bool norm_in;
+    /* decode: qkv + gate row-dots in batch parts where that takes fewer
+     * rounds (mu_cu_mv_batch_parts; MUSER_CUDA_BATCH_PARTS=0: whole rows) */
+    bool batch_parts;
     uint16_t *a16, *o16, *f16b;
     float *part_m, *part_l, *part_o;
     float *logits;          /* [V]: the decode step's (fixed: the graph holds it) */
@@ -691,7 +694,7 @@ static mu_cu_qkv_post qkv_post_of(const cuda_backend *b, int l, int T) {
  * QK-norm/RoPE/append of the token, done by mu_cu_attn_decode_launch
  * with the whole attention of spans up to b->attn_short rows. */
 static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
-                        prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused) {
+                        prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts) {
     const mu_hparams *hp = &b->m->hp;
     const int64_t off = row * b->Q;
     mu_cu_attn a;
@@ -725,6 +728,7 @@ static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, i
     r.part_o = b->part_o;
     r.gate = b->layers[l].wgate.qs ? b->g + off : NULL;
     r.gate_stride = b->Q;
+    r.gate_parts = gate_parts;
     r.out.x = b->o + off;
     r.out.q = quant_out ? b->oq : NULL;
     r.out.ds = quant_out ? b->ods : NULL;
@@ -748,9 +752,9 @@ static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, i
     return 0;
 }
 
-static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out) {
+static int run_attention(cuda_backend *b, int l, int T, prof_state *p, bool f16_out, int gate_parts) {
     return attention_at(b, b, l, T, 0, recs_of(b), T == 1 ? b->split_dec : b->split_pre, p, f16_out,
-                        T == 1 && b->fast, NULL);
+                        T == 1 && b->fast, NULL, gate_parts);
 }
 
 static void mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act) {
@@ -847,18 +851,22 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
         const cu_layer *P = &b->layers[l - 1];
         a.nin = nin_of(b, 2 * l - 1, &P->ffn_down, P->post_ffn_norm, D->attn_norm, true);
     }
+    /* rows in parts of one batch where that takes fewer rounds (the
+     * attention's QK-norm/RoPE and gate reads sum them) */
+    a.batch_parts = b->batch_parts ? mu_cu_mv_batch_parts(&a) : 1;
     RC(prof_mark(b, p, PF_QKVG));
     CU_CHECK(mu_cu_matvec(&a, s));
     /* (fusing this into the matvec's epilogue was measured 2.5% slower:
      * a fence and an atomic per q/k row) */
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
+    qp.parts = a.batch_parts;
     const bool skip = mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN; /* (timing experiments leave these out) */
     if (!skip && b->route == ROUTE_SHORT) {
-        RC(attention_at(b, b, l, 1, 0, recs_of(b), b->split_dec, p, false, b->fast, &qp));
+        RC(attention_at(b, b, l, 1, 0, recs_of(b), b->split_dec, p, false, b->fast, &qp, qp.parts));
     } else if (!skip) {
         RC(prof_mark(b, p, PF_QKPOST));
         CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-        RC(run_attention(b, l, 1, p, false));
+        RC(run_attention(b, l, 1, p, false, qp.parts));
     }
 
     mv_init(&a, b, (b->tp && !b->xr.n) || b->norm_in ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
@@ -1146,7 +1154,7 @@ static int enqueue_prefill_part(cuda_backend *b, int part, int T, bool all_logit
     RC(gemm_all(b, &D->wgate, A, b->g, b->Q, T));
     mu_cu_qkv_post qp = qkv_post_of(b, l, T);
     CU_CHECK(mu_cu_qkv_post_launch(&qp, s));
-    RC(run_attention(b, l, T, NULL, f));
+    RC(run_attention(b, l, T, NULL, f, 1));
     return gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T);
 }
 
@@ -1189,7 +1197,7 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
     qp.vc = kv->vc[l];
     qp.recs = recs;
     CU_CHECK(mu_cu_qkv_post_launch(&qp, b->stream));
-    return attention_at(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false, NULL);
+    return attention_at(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false, NULL, 1);
 }
 
 /* The batched step; logits of row i in row i of logits_all. */
@@ -1526,6 +1534,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     b->tp = tp;
     b->vocab0 = vocab0;
     b->norm_in = norm_in_fits(m, b->fast, tp) && env_int("MUSER_CUDA_NORM_IN", 1) != 0;
+    b->batch_parts = env_int("MUSER_CUDA_BATCH_PARTS", 1) != 0;
     /* measured on the 30B (docs/benchmarks-server.md): the fast lane's f16
      * GEMM step beats one-by-one decode from 2 rows; the exact lane's f32
      * GEMM step (~0.57 s) only from ~5 rows of 0.115 s */
@@ -1642,12 +1651,13 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     DA(h, T * b->E, 4);
     DA(ax, T * b->E, 4);
     DA(t, (T > 8 ? T : 8) * b->E, 4); /* decode: up to 8 partial sums of the split ffn down */
-    DA(q, T * b->Q, 4);
-    DA(g, T * b->Q, 4);
+    const uint64_t Tp = T > MU_CU_BATCH_PARTS_MAX ? T : MU_CU_BATCH_PARTS_MAX; /* decode: q, k, v, gate in parts */
+    DA(q, Tp * b->Q, 4);
+    DA(g, Tp * b->Q, 4);
     DA(qn, T * b->Q, 4);
     DA(o, T * b->Q, 4);
-    DA(k, T * b->KVD, 4);
-    DA(v, T * b->KVD, 4);
+    DA(k, Tp * b->KVD, 4);
+    DA(v, Tp * b->KVD, 4);
     DA(ff, T * b->F, 4);
     DA(fu, T * b->F, 4);
     DA(aq, T * b->E, 1);
@@ -1689,12 +1699,14 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     }
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s, weights %s, one-launch decode attention up to %d rows, decode norms %s",
+             "prefill cache %s, weights %s, one-launch decode attention up to %d rows, decode norms %s, "
+             "qkv row-dots %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
              b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions",
-             b->attn_short, b->norm_in ? "formed by their consumers" : "in the producers' tails");
+             b->attn_short, b->norm_in ? "formed by their consumers" : "in the producers' tails",
+             b->batch_parts && b->fast ? "in batch parts where fewer rounds" : "whole");
     *out = b;
     return 0;
 }

@@ -23,9 +23,11 @@ int mu_cuda_selftest_kq(char *msg, size_t cap);
 
 /* Concatenated-row matvec (one launch) over nseg matrices of the same
  * column count. Fast lane: x is quantized on the device first; the int8
- * blocks used are copied to xq/xds ([cols], [cols/16][2]). */
+ * blocks used are copied to xq/xds ([cols], [cols/16][2]). batch_parts > 1
+ * (fast-lane K-quants): the row-dots in that many parts of one batch
+ * (mu_cu_mv.batch_parts), summed here in order into y. */
 int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *const *raws, const int64_t *rows, int64_t cols,
-                        const float *x, int lane, float *y, int8_t *xq, float *xds);
+                        const float *x, int lane, float *y, int8_t *xq, float *xds, int batch_parts);
 int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows, int64_t cols, bool to_f16, float *out);
 /* gate/up matvec with fused SwiGLU and int8 output blocks. */
 int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *up, int64_t F, int64_t cols, const float *x,
@@ -50,6 +52,8 @@ typedef struct mu_cuda_test_qkv {
     float eps;
     const float *cs;               /* [T][n_rot] cos/sin pairs             */
     const int32_t *slots;          /* [T]                                  */
+    int parts;                     /* T = 1: q, k, v uploaded in this many parts (random
+                                      splits that sum to the values; 0, 1: whole) */
     float *qn;                     /* out [T][n_head*128]                  */
     float *kc, *vc;                /* out planes [capacity][n_head_kv*128] */
 } mu_cuda_test_qkv;
@@ -63,6 +67,7 @@ typedef struct mu_cuda_test_attn {
     const int32_t *n_visible, *phys_first, *route; /* [T]                  */
     float scale;
     const float *gate;             /* [T][n_head*128] or NULL               */
+    int gate_parts;                /* T = 1: the gate uploaded in parts (as mu_cuda_test_qkv.parts) */
     float *out;                    /* [T][n_head*128]                       */
     int8_t *out_q;                 /* T == 1: int8 blocks of out, or NULL   */
     float *out_ds;
