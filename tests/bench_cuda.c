@@ -119,6 +119,8 @@ static int run_chain_rows(void) {
              {1, 16, "rows, engine layout, scales apart, batches of 16"},
              {2, 16, "rows, tiled nibbles, scales apart, batches of 16"},
              {3, 16, "rows, engine nibbles, scales in the block, batches of 16"},
+             {4, 16, "rows, tiled, pipelined at half a batch, batches of 16"},
+             {5, 16, "rows, tiled, double-buffered, batches of 16"},
              {1, 13, "rows, engine layout, scales apart, batches of 13"},
              {2, 13, "rows, tiled nibbles, scales apart, batches of 13"}};
     if (mu_cuda_probe() != 0) {
@@ -126,7 +128,7 @@ static int run_chain_rows(void) {
         return 1;
     }
     printf("| addressing | work | ms PDL | ms no PDL | GB/s PDL |\n|---|---:|---:|---:|---:|\n");
-    for (int work = 0; work <= 40; work += 40)
+    for (int work = 0; work <= 40; work += 20)
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
             mu_cuda_lab_chain_cfg cfg = {{0}, 52, 5, 0, work, 7, 0, 0, 0, v[k].pattern, v[k].batch, {26, 16, 26, 26}};
             memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);

@@ -135,6 +135,24 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_seg_kernel(const __grid
  * load, scales in a separate stream); 2: the batch's nibbles tiled so that
  * each load of the warp reads one contiguous span; 3: the engine's nibble
  * order with the scales after each block's nibbles (the file's 144 bytes). */
+/* Registers [i0, i1) folded into the running state, then work rounds. */
+__device__ __forceinline__ void lab_fold_part(const uint4 (&r)[5], int i0, int i1, int work, unsigned (&st)[4]) {
+#pragma unroll
+    for (int i = 0; i < 5; i++)
+        if (i >= i0 && i < i1) st[0] ^= r[i].x, st[1] ^= r[i].y, st[2] ^= r[i].z, st[3] ^= r[i].w;
+    unsigned a = st[0], b = st[1], c = st[2], d = st[3];
+#pragma unroll 1
+    for (int j = 0; j < work; j++)
+        a = a * 0x9E3779B1u + b, b = b * 0x85EBCA77u + c, c = c * 0xC2B2AE3Du + d, d = d * 0x27D4EB2Fu + a;
+    st[0] = a, st[1] = b, st[2] = c, st[3] = d;
+}
+
+/* PAT 4: PAT 2's tiles, software-pipelined at half a batch: the batch's
+ * first two nibble loads are folded with half the arithmetic, then the
+ * next batch's first two loads issued into those registers, then the rest
+ * (no extra registers: what the matvec could do without double buffers).
+ * PAT 5: PAT 2's tiles double-buffered (the whole next batch in flight
+ * during the arithmetic; twice the registers). */
 template <int PAT, int BB>
 __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_rows_kernel(const __grid_constant__ LabChain c, int s,
                                                                     unsigned *sink) {
@@ -146,11 +164,23 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_rows_kernel(const __gri
     const uint8_t *base = reinterpret_cast<const uint8_t *>(lab_seg_src(c, s));
     const uint8_t *meta = base + rows * rb * 128;
     uint4 r[5];
-    auto load = [&](int64_t row, int b0) {
+    /* loads [i0, i1) of the lane's five, into dst */
+    auto load_into = [&](uint4 (&dst)[5], int64_t row, int b0, int i0, int i1) {
+        uint4(&r)[5] = dst;
         const int nbb = min(BB, rb - b0);
         if (p >= nbb) {
 #pragma unroll
-            for (int i = 0; i < 5; i++) r[i] = make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < 5; i++)
+                if (i >= i0 && i < i1) r[i] = make_uint4(0, 0, 0, 0);
+            return;
+        }
+        if (PAT >= 4) {
+            const int64_t blk = row * rb + b0 + p;
+            const uint8_t *q = base + (row * rb + b0) * 128 + 32 * p + 16 * c0;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (i >= i0 && i < i1) r[i] = ld_stream(q + 32 * nbb * i);
+            if (i1 == 5) r[4] = ld_weight16(meta + blk * 16);
             return;
         }
         const int64_t blk = row * rb + b0 + p;
@@ -172,17 +202,45 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_rows_kernel(const __gri
         }
         r[4] = ld_weight16(meta + blk * 16);
     };
+    auto load = [&](int64_t row, int b0, int i0 = 0, int i1 = 5) { load_into(r, row, b0, i0, i1); };
     int64_t row = gw;
     int b0 = 0;
     if (row < rows) load(row, 0); /* before the wait, as the matvec */
     pdl_wait();
     if (c.stage_ns) lab_spin(c.stage_ns);
     unsigned acc = 0;
-    while (row < rows) {
-        acc ^= lab_fold(r, c.work);
-        b0 += BB;
-        if (b0 >= rb) b0 = 0, row += W;
-        if (row < rows) load(row, b0);
+    if constexpr (PAT == 5) {
+        uint4 rn[5];
+        while (row < rows) {
+            int nb0 = b0 + BB;
+            int64_t nrow = row;
+            if (nb0 >= rb) nb0 = 0, nrow += W;
+            if (nrow < rows) load_into(rn, nrow, nb0, 0, 5); /* in flight during the fold */
+            acc ^= lab_fold(r, c.work);
+#pragma unroll
+            for (int i = 0; i < 5; i++) r[i] = rn[i];
+            row = nrow, b0 = nb0;
+        }
+    } else if constexpr (PAT == 4) {
+        unsigned st[4] = {0u, 1u, 2u, 3u};
+        while (row < rows) {
+            int nb0 = b0 + BB;
+            int64_t nrow = row;
+            if (nb0 >= rb) nb0 = 0, nrow += W;
+            lab_fold_part(r, 0, 2, c.work / 2, st);
+            if (nrow < rows) load(nrow, nb0, 0, 2);
+            lab_fold_part(r, 2, 5, c.work - c.work / 2, st);
+            if (nrow < rows) load(nrow, nb0, 2, 5);
+            row = nrow, b0 = nb0;
+        }
+        acc = st[0] ^ st[1] ^ st[2] ^ st[3];
+    } else {
+        while (row < rows) {
+            acc ^= lab_fold(r, c.work);
+            b0 += BB;
+            if (b0 >= rb) b0 = 0, row += W;
+            if (row < rows) load(row, b0);
+        }
     }
     if (acc == 0x9E3779B9u) *sink = acc;
 }
@@ -238,7 +296,7 @@ typedef void (*lab_seg_fn)(LabChain, int, unsigned *);
 lab_seg_fn lab_rows_pick(int pattern, int batch_blocks) {
 #define LAB_PICK(P, B) \
     if (pattern == P && batch_blocks == B) return lab_rows_kernel<P, B>;
-    LAB_PICK(1, 16) LAB_PICK(2, 16) LAB_PICK(3, 16) LAB_PICK(1, 13) LAB_PICK(2, 13)
+    LAB_PICK(1, 16) LAB_PICK(2, 16) LAB_PICK(3, 16) LAB_PICK(4, 16) LAB_PICK(5, 16) LAB_PICK(1, 13) LAB_PICK(2, 13)
 #undef LAB_PICK
     return nullptr;
 }

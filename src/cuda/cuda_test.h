@@ -88,7 +88,7 @@ typedef struct mu_cuda_lab_chain_cfg {
     double seg_mb[4];
     int segs, nb, depth, work, reps, persistent;
     double stage_us, tail_us;
-    int pattern;        /* 0: contiguous batches; 1-3: a matvec's rows (cu_lab.cu, lab_rows_kernel) */
+    int pattern;        /* 0: contiguous batches; 1-5: a matvec's rows (cu_lab.cu, lab_rows_kernel) */
     int batch_blocks;   /* pattern > 0: blocks per batch (16 or 13) */
     int row_blocks[4];  /* pattern > 0: blocks per row of each segment (0: 26) */
 } mu_cuda_lab_chain_cfg;
