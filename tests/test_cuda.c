@@ -198,16 +198,29 @@ static void test_dequant(void) {
 }
 
 static void test_gateup(void) {
-    const int64_t F = 160, cols = 512;
-    for (int ti = 0; ti < 4; ti++) {
+    /* shapes: short rows; rows of 17 blocks (a batch and one block) and of
+     * the 30B's 26 with more row pairs than an H200's 4224 warps, so flat
+     * batches run across rows within each warp's range; each fast-lane
+     * K-quant case as the launch chooses, with whole rows per warp
+     * (MU_CU_LAB_NO_FLAT) and with flat batches forced (MU_CU_LAB_FLAT) */
+    static const int64_t shapes[3][2] = {{160, 512}, {160, 4352}, {3 * 4224 + 80, 6656}};
+    for (int c = 0; c < 3 * 4; c++) {
+        const int si = c / 4, ti = c % 4;
+        const int64_t F = shapes[si][0], cols = shapes[si][1];
         const uint32_t type = all_types[ti];
+        if (si > 0 && !is_kquant(type)) continue;
         void *wg = rand_weight(type, F, cols), *wu = rand_weight(type, F, cols);
         float *x = malloc(sizeof(float) * cols), *out = malloc(sizeof(float) * F), *ods = malloc(sizeof(float) * F / 8);
         float *xds = malloc(sizeof(float) * cols / 8);
         int8_t *oq = malloc(F), *xq = malloc(cols);
         rand_vec(x, cols, 3.0f);
-        for (int lane = 0; lane < 2; lane++) {
+        for (int run = 0; run < 4; run++) {
+            const int lane = run ? 1 : 0;
+            if (run >= 2 && !is_kquant(type)) continue;
+            const unsigned lab_was = mu_cu_get_matvec_lab();
+            if (run >= 2) mu_cu_set_matvec_lab(lab_was | (run == 2 ? MU_CU_LAB_NO_FLAT : MU_CU_LAB_FLAT));
             int rc = mu_cuda_test_gateup(type, wg, wu, F, cols, x, lane, out, oq, ods, xq, xds);
+            if (run >= 2) mu_cu_set_matvec_lab(lab_was);
             CHECKF(rc == 0, "gateup: %s", muser_last_error());
             int bad = 0;
             for (int64_t r = 0; r < F; r++) {
@@ -219,12 +232,13 @@ static void test_gateup(void) {
                 const double tol = tg * fabs(u) * 1.2 + tu * fabs(sg) + 1e-6 * fabs(ref) + 1e-7;
                 if (!(fabs(out[r] - ref) <= tol)) bad++;
             }
-            CHECKF(bad == 0, "gateup %s lane %d: %d of %lld off", mu_type_name(type), lane, bad, (long long)F);
+            CHECKF(bad == 0, "gateup %s cols %lld lane %d%s: %d of %lld off", mu_type_name(type), (long long)cols, lane,
+                   run == 2 ? " (whole rows)" : run == 3 ? " (flat)" : "", bad, (long long)F);
             check_q8("gateup output", out, oq, ods, F);
         }
         free(wg), free(wu), free(x), free(out), free(ods), free(xds), free(oq), free(xq);
     }
-    printf("  gate/up + SwiGLU + int8 blocks\n");
+    printf("  gate/up + SwiGLU + int8 blocks (fast lane: flat batches across rows and whole rows)\n");
 }
 
 /* rmsnorm in double with the CPU's order of float operations at the end */

@@ -322,6 +322,8 @@ enum {
     MU_CU_LAB_NO_PACK = 64,        /* short K-quant row-dots one per batch, not packed */
     MU_CU_LAB_EVEN_ROUNDS = 128,   /* every launch as mu_cu_mv.even_rounds (the fewest warps that keep the rounds) */
     MU_CU_LAB_TAIL_STAMPS = 256,   /* the RESNORM tails record clock stamps (mu_cu_lab_tail_stamps) */
+    MU_CU_LAB_NO_FLAT = 512,       /* gate/up in whole rows per warp, not flat batches across rows */
+    MU_CU_LAB_FLAT = 1024,         /* gate/up in flat batches wherever they can run (tests) */
 };
 /* The tails' stamps since the last call (then cleared), rows of
  * MU_CU_TAIL_STAMP_COLS: parts, then SM clocks at the block's handshake
