@@ -61,6 +61,15 @@ int tl_batch_step(muser_session **batch, muser_session **single, int n, int V, u
     return 0;
 }
 
+muser_session *tl_session(muser_model *m, const muser_session_params *sp, const char *what) {
+    muser_session *s = NULL;
+    if (muser_session_new(m, sp, &s) != 0) {
+        CHECKF(0, "%s: %s", what, muser_last_error());
+        return NULL;
+    }
+    return s;
+}
+
 float *tl_run_logits(muser_session *s, const int *tokens, int n, int V, bool prefill) {
     float *out = malloc(sizeof(float) * (size_t)n * V);
     if (!out) return NULL;

@@ -22,9 +22,14 @@ typedef struct tl_fixture {
 bool tl_fixture_load(const char *rel, bool local, tl_fixture *fx);
 void tl_fixture_free(tl_fixture *fx);
 
+typedef struct muser_session muser_session;
+typedef struct muser_session_params muser_session_params;
+/* A new session of m with sp; NULL (a failed check naming `what` and the
+ * engine's error) when it cannot be made. */
+muser_session *tl_session(muser_model *m, const muser_session_params *sp, const char *what);
+
 /* Runs n tokens through the session, as one chunk (prefill) or one by one,
  * and returns every position's logits [n][V] (malloc'd). */
-typedef struct muser_session muser_session;
 float *tl_run_logits(muser_session *s, const int *tokens, int n, int V, bool prefill);
 
 /* One step of the batch-vs-one-by-one tests: n random tokens (into

@@ -544,12 +544,8 @@ static float *run_cuda(muser_model *m, const int *tokens, int n, run_opts o, int
     sp.lane = o.lane;
     sp.n_ctx = 512;
     sp.n_batch = 64;
-    muser_session *s = NULL;
-    if (muser_session_new(m, &sp, &s) != 0) {
-        fprintf(stderr, "cuda session: %s\n", muser_last_error());
-        tl_failed++;
-        return NULL;
-    }
+    muser_session *s = tl_session(m, &sp, "cuda session");
+    if (!s) return NULL;
     float *out = tl_run_logits(s, tokens, n, V, o.prefill);
     muser_session_free(s);
     return out;
@@ -564,11 +560,8 @@ static void check_decode_paths(muser_model *m, const int *tokens, int n, int V, 
         sp.lane = lane ? MUSER_LANE_FAST : MUSER_LANE_EXACT;
         sp.n_ctx = 512;
         sp.n_batch = 64;
-        muser_session *s = NULL;
-        if (muser_session_new(m, &sp, &s) != 0) {
-            CHECKF(0, "session: %s", muser_last_error());
-            return;
-        }
+        muser_session *s = tl_session(m, &sp, "session");
+        if (!s) return;
         float *a = malloc(sizeof(float) * (size_t)n * V);
         int mismatch_sel = 0;
         for (int i = 0; i < n; i++) {
@@ -653,11 +646,8 @@ static void check_norm_in(muser_model *m, const int *tokens, int n, int V, const
     sp.backend = MUSER_BACKEND_CUDA;
     sp.lane = MUSER_LANE_FAST;
     sp.n_ctx = 512;
-    muser_session *s = NULL;
-    if (muser_session_new(m, &sp, &s) != 0) {
-        CHECKF(0, "session: %s", muser_last_error());
-        return;
-    }
+    muser_session *s = tl_session(m, &sp, "session");
+    if (!s) return;
     mu_backend *be = mu_session_backend_of(s);
     const bool on = strstr(be->ops->describe(be), "decode norms formed by their consumers") != NULL;
     muser_session_free(s);

@@ -45,9 +45,9 @@ static muser_session *new_session(muser_model *m, int gpus, muser_lane lane, mus
     sp.n_ctx = 256;
     sp.n_batch = 64;
     sp.gpus = gpus;
-    muser_session *s = NULL;
-    if (muser_session_new(m, &sp, &s) != 0) CHECKF(0, "session (--gpus %d): %s", gpus, muser_last_error());
-    return s;
+    char what[32];
+    snprintf(what, sizeof what, "session (--gpus %d)", gpus);
+    return tl_session(m, &sp, what);
 }
 
 /* Whether the model's heads and blocks allow a split over gpus GPUs (the
@@ -88,11 +88,10 @@ static void check_mode(muser_model *m, int gpus, bool fused) {
     sp.backend = MUSER_BACKEND_CUDA;
     sp.gpus = gpus;
     sp.n_ctx = 64;
-    muser_session *s = NULL;
-    if (muser_session_new(m, &sp, &s) != 0) {
-        CHECKF(0, "session (--gpus %d): %s", gpus, muser_last_error());
-        return;
-    }
+    char what[32];
+    snprintf(what, sizeof what, "session (--gpus %d)", gpus);
+    muser_session *s = tl_session(m, &sp, what);
+    if (!s) return;
     mu_backend *be = mu_session_backend_of(s);
     printf("  %s\n", be->ops->describe(be));
     const bool got = session_fused(s);
