@@ -42,19 +42,22 @@ __device__ __forceinline__ uint64_t l2_evict_first() {
 /* Streaming 16-byte weight load: read-only path, no L1 allocation (each
  * weight byte is read once per token), evicted first from L2. volatile
  * keeps it before the wait. */
+/* 16 bytes read-only, evicted first from L2; L1 the L1 qualifier ("" or
+ * ".L1::no_allocate"). */
+#define MU_LD_V4_EVICT_FIRST(L1, p, v)                                                                          \
+    asm volatile("ld.global.nc" L1 ".L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"                          \
+                 : "=r"((v).x), "=r"((v).y), "=r"((v).z), "=r"((v).w)                                          \
+                 : "l"(p), "l"(l2_evict_first()))
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(l2_evict_first()));
+    MU_LD_V4_EVICT_FIRST(".L1::no_allocate", p, v);
     return v;
 }
-/* The same for the small per-block weight records (K-quant meta, Q6_K d). */
+/* The same for the small per-block weight records (K-quant meta, Q6_K d),
+ * which lane pairs share through L1. */
 __device__ __forceinline__ uint4 ld_weight16(const void *p) {
     uint4 v;
-    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(l2_evict_first()));
+    MU_LD_V4_EVICT_FIRST("", p, v);
     return v;
 }
 __device__ __forceinline__ uint2 ld_weight8(const void *p) {

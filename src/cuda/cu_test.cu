@@ -536,15 +536,12 @@ template <uint32_t T>
 int selftest_type(uint64_t *rng, int nb, char *msg, size_t cap) {
     const int cols = 256 * nb;
     const int bb = T == MU_TYPE_Q4_K ? 144 : (T == MU_TYPE_Q5_K ? 176 : 210);
-    int qhb = 0, metab = 0, db = 0;
-    kq_streams(T, qhb, metab, db);
     std::vector<uint8_t> raw((size_t)nb * bb), qs((size_t)nb * 128), qh((size_t)nb * 64 + 16), meta((size_t)nb * 16);
     std::vector<uint16_t> d((size_t)nb);
     std::vector<float> ref(cols), out(cols), x(cols), dx(cols / 16);
     std::vector<int8_t> xq(cols);
     if (mu_random_blocks(T, raw.data(), cols, rng, 0.05f) != 0) return snprintf(msg, cap, "random blocks"), 1;
     mu_dequant_row(T, raw.data(), ref.data(), cols);
-    (void)qhb;
     for (int b = 0; b < nb; b++) kq_repack_block(T, raw.data() + (size_t)b * bb, b, nb, qs.data(), qh.data(), meta.data(), d.data());
     for (int i = 0; i < cols; i++) {
         out[i] = NAN;
