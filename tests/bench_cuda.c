@@ -5,6 +5,8 @@
  *
  *   bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]]
  *   bench_cuda -m MODEL --stamps [--depth D]   (where the residual/norm tails' time goes)
+ *   bench_cuda -m MODEL --stage-stamps [--depth D] [--alt FLAGS]   (each matvec
+ *                         launch's phases in one token: wait, staging, streaming)
  *   bench_cuda --chain   (no model: what a launch boundary costs a streaming
  *                         chain, against a grid barrier in one launch)
  *   bench_cuda --chain-rows (the same chain read with a matvec's addressing)
@@ -143,6 +145,10 @@ static int run_chain_rows(void) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 static int cmp_u64(const void *a, const void *b) {
     const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
     return x < y ? -1 : x > y;
@@ -181,12 +187,68 @@ static int run_stamps(mu_backend *b, int64_t depth, unsigned extra) {
     return 0;
 }
 
+/* --stage-stamps: each matvec launch of one token, globaltimer phases
+ * (mu_cu_lab_stage_stamps), medians and sums per launch kind. */
+static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
+    enum { MAXR = 1024, C = MU_CU_STAGE_STAMP_COLS, NK = 16, NS = 8 };
+    static unsigned long long rows[MAXR][C];
+    static double seg[NK][NS][MAXR];
+    int cnt[NK] = {0};
+    double ms = 0;
+    if (mu_cu_lab_stage_stamps_begin() != 0) {
+        fprintf(stderr, "bench_cuda: --stage-stamps needs a build with -DMUSER_LAB_STAMPS=ON\n");
+        return 1;
+    }
+    mu_cu_set_matvec_lab(MU_CU_LAB_STAGE_STAMPS | extra);
+    mu_cuda_set_options(b, -1, -1, -1, -1); /* recapture with the flag: the launches' rows fixed */
+    if (time_decode(b, depth, 1, &ms) != 0 || mu_cu_lab_stage_stamps(NULL, 0) < 0) return 1; /* (clears) */
+    muser_token next = 0;
+    if (mu_cuda_decode_select(b, 1000, (int)depth + 4, 0.0f, 0, NULL, &next) != 0) return 1; /* one token */
+    const int n = mu_cu_lab_stage_stamps(&rows[0][0], MAXR);
+    mu_cu_set_matvec_lab(0);
+    if (n < 0) return 1;
+    static const char *what[NS] = {"previous matvec's end -> wait released", "resident before the release",
+                                   "release -> first block sum (norm-in)", "release -> second block sum",
+                                   "release -> first block staged", "release -> last block staged",
+                                   "last staged -> last warp's end", "release -> last warp's end"};
+    unsigned long long prev_end = 0;
+    int launches = 0;
+    for (int i = 0; i < n; i++) {
+        const unsigned long long *r = rows[i];
+        if (!r[0] || r[0] > NK) continue; /* (a launch that did not run in this token) */
+        const int k = (int)r[0] - 1;
+        const double w = (double)~r[2];
+        const double v[NS] = {prev_end ? w - (double)prev_end : 0.0, w - (double)~r[1], r[4] ? (double)r[4] - w : 0.0,
+                              r[5] ? (double)r[5] - w : 0.0,       (double)~r[8] - w, (double)r[6] - w,
+                              (double)r[7] - (double)r[6],         (double)r[7] - w};
+        for (int j = 0; j < NS; j++) seg[k][j][cnt[k]] = v[j] / 1e3;
+        cnt[k]++, launches++;
+        prev_end = r[7];
+    }
+    printf("stage stamps: %d matvec launches in one token at depth %lld (lab flags %u), us\n", launches,
+           (long long)depth, extra);
+    static const char *kname[4] = {"store", "gate/up", "resnorm", "logits"};
+    static const char *qname[3] = {"int8 copied", "quantized", "norm-in"};
+    printf("| launch kind | n | segment | median | sum over the token |\n|---|---:|---|---:|---:|\n");
+    for (int k = 0; k < NK; k++) {
+        if (!cnt[k]) continue;
+        for (int j = 0; j < NS; j++) {
+            double sum = 0;
+            for (int i = 0; i < cnt[k]; i++) sum += seg[k][j][i];
+            qsort(seg[k][j], (size_t)cnt[k], sizeof(double), cmp_double);
+            printf("| %s, %s | %d | %s | %.2f | %.1f |\n", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?", cnt[k],
+                   what[j], seg[k][j][cnt[k] / 2], sum);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *model_path = NULL;
     muser_lane lane = MUSER_LANE_FAST;
     int gen = 32;
     int64_t depth = 0;
-    bool quick = false, stamps = false, alt_set = false;
+    bool quick = false, stamps = false, stage_stamps = false, alt_set = false;
     unsigned alt = MU_CU_LAB_NO_PACK;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -198,6 +260,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chain")) return run_chain();
         else if (!strcmp(a, "--chain-rows")) return run_chain_rows();
         else if (!strcmp(a, "--stamps")) stamps = true;
+        else if (!strcmp(a, "--stage-stamps")) stage_stamps = true;
         else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), alt_set = true, i++;
         else {
             fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]] | --chain\n");
@@ -227,8 +290,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("backend: %s\n", mu_cuda_describe(b));
-    if (stamps) {
-        const int rc = run_stamps(b, depth, alt_set ? alt : 0u);
+    if (stamps || stage_stamps) {
+        const int rc = stamps ? run_stamps(b, depth, alt_set ? alt : 0u) : run_stage_stamps(b, depth, alt_set ? alt : 0u);
         if (rc) fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
         b->ops->free(b);
         muser_model_free(m);

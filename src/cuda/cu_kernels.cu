@@ -301,6 +301,25 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
+/* Lab (MU_CU_LAB_STAGE_STAMPS): the matvec launches' phases in globaltimer ns.
+ * Compiled in only with MUSER_LAB_STAMPS=1 (CMake -DMUSER_LAB_STAMPS=ON):
+ * even unused, the stamp code moved the register allocation of some
+ * kernels (tensor-parallel ranks' packed launches spilled more). */
+#ifndef MUSER_LAB_STAMPS
+#define MUSER_LAB_STAMPS 0
+#endif
+#define STAGE_STAMP_ROWS 1024
+__device__ unsigned long long g_stage_stamps[STAGE_STAMP_ROWS][MU_CU_STAGE_STAMP_COLS];
+__device__ __forceinline__ void stage_stamp(unsigned long long *row, int col, bool as_min) {
+    if (!row) return;
+    const unsigned long long t = global_ns();
+    atomicMax(row + col, as_min ? ~t : t);
+}
+__device__ __forceinline__ unsigned long long *stage_row(int id) {
+    return id >= 0 && id < STAGE_STAMP_ROWS ? g_stage_stamps[id] : nullptr;
+}
+
+
 /* sv: TAIL_MAXN floats of shared memory (16-byte aligned) for h; stamp:
  * the lab's stamp row (block-uniform), or null. */
 template <int NW>
@@ -599,7 +618,8 @@ __device__ __forceinline__ void kq_stage(const mu_cu_act &a, int64_t cols, uint8
  * with the post-norm weights: one vector of shared memory, not two
  * (+0.5% against h loaded with the branch and kept, one same-call A/B,
  * near its spread). */
-__device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols, uint8_t *sm) {
+__device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols, uint8_t *sm,
+                                          unsigned long long *srow) {
     __shared__ float red[33];
     const int n = (int)cols, nb = n >> 8, nc = n >> 2;
     uint8_t *aux = sm + (size_t)nb * KQ_XQ;
@@ -617,6 +637,7 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
         vsm[c] = bv;
     }
     const float r1 = ni.w_post ? 1.0f / sqrtf(block_sum(st, red) / (float)n + ni.eps_post) : 1.0f;
+    if (MUSER_LAB_STAMPS && srow && threadIdx.x == 0) stage_stamp(srow, 4, false);
     float ss2 = 0.f;
     for (int c = threadIdx.x; c < nc; c += blockDim.x) {
         const float4 h = __ldcg(reinterpret_cast<const float4 *>(ni.h) + c);
@@ -627,6 +648,7 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
         ss2 += f4dot(hv);
     }
     const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + ni.eps_next);
+    if (MUSER_LAB_STAMPS && srow && threadIdx.x == 0) stage_stamp(srow, 5, false);
     /* (a group's 4 chunks are 4 consecutive threads: n % 16 == 0, blockDim % 4 == 0) */
     for (int c = threadIdx.x; c < nc; c += blockDim.x) {
         float4 a = f4mul(vsm[c], r2);
@@ -684,7 +706,7 @@ struct PolKQ {
     static constexpr bool NORM_IN = true; /* can form its input (QI 2: mu_cu_norm_in) */
     template <int Q>
     __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) {
-        if constexpr (Q == 2) kq_stage_norm(a.nin, a.seg[0].w.cols, sm);
+        if constexpr (Q == 2) kq_stage_norm(a.nin, a.seg[0].w.cols, sm, MUSER_LAB_STAMPS ? stage_row(a.stamp_id) : nullptr);
         else kq_stage<Q == 1>(a.act, a.seg[0].w.cols, sm);
     }
 
@@ -913,6 +935,10 @@ template <class P, int LANE, int EPI, int QI, int FLAT = 0>
 __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
     constexpr int NW = mv_warps<LANE>();
     pdl_trigger();
+    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && threadIdx.x == 0) { /* (lab: parameters only, nothing kept live) */
+        stage_row(a.stamp_id)[0] = EPI * 4 + QI + 1; /* (every block writes the same) */
+        stage_stamp(stage_row(a.stamp_id), 1, true);
+    }
     extern __shared__ __align__(16) uint8_t mv_smem[]; /* the staged input (fast lane) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * NW, gw = (int64_t)blockIdx.x * NW + warp;
@@ -992,6 +1018,8 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
     }
     pdl_wait(); /* the weights above are immutable; activations come after */
+    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && threadIdx.x == 0)
+        stage_stamp(stage_row(a.stamp_id), 2, true), stage_stamp(stage_row(a.stamp_id), 3, false);
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
         /* what the tail reads from DRAM (h, the norm weights) into L2 now,
          * so the tail's one round of loads hits L2 */
@@ -1002,10 +1030,13 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
     }
 
-    if (LANE == MU_CU_LANE_FAST && !(a.lab & MU_CU_LAB_NO_STAGE)) {
+    constexpr unsigned no_stage_qi = QI == 2 ? MU_CU_LAB_NO_STAGE_NORM : QI == 1 ? MU_CU_LAB_NO_STAGE_QUANT : MU_CU_LAB_NO_STAGE_COPY;
+    if (LANE == MU_CU_LANE_FAST && !(a.lab & (MU_CU_LAB_NO_STAGE | no_stage_qi))) {
         P::template stage<QI>(a, mv_smem);
         __syncthreads();
     }
+    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && threadIdx.x == 0)
+        stage_stamp(stage_row(a.stamp_id), 6, false), stage_stamp(stage_row(a.stamp_id), 8, true);
 
     float acc = 0.f, gate = 0.f;
     unsigned long long best = 0ull;
@@ -1181,6 +1212,26 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
         if (is_last && threadIdx.x == 0) *a.counter = 0u;
     }
+    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && (threadIdx.x & 31) == 0) stage_stamp(stage_row(a.stamp_id), 7, false);
+}
+
+static int g_stage_next = 0; /* the next launch's row (host, at capture) */
+extern "C" int mu_cu_lab_stage_stamps_begin(void) {
+    g_stage_next = 0;
+    return MUSER_LAB_STAMPS ? 0 : -1;
+}
+
+extern "C" int mu_cu_lab_stage_stamps(unsigned long long *out, int max_rows) {
+    int rows = g_stage_next < STAGE_STAMP_ROWS ? g_stage_next : STAGE_STAMP_ROWS;
+    if (rows > max_rows) rows = max_rows;
+    if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+    if (rows && out &&
+        cudaMemcpyFromSymbol(out, g_stage_stamps, sizeof(unsigned long long) * MU_CU_STAGE_STAMP_COLS * rows) !=
+            cudaSuccess)
+        return -1;
+    static unsigned long long zero[STAGE_STAMP_ROWS][MU_CU_STAGE_STAMP_COLS];
+    if (cudaMemcpyToSymbol(g_stage_stamps, zero, sizeof zero) != cudaSuccess) return -1;
+    return rows;
 }
 
 extern "C" int mu_cu_lab_tail_stamps(unsigned long long *out, int max_rows) {
@@ -1370,6 +1421,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     if (a.nseg < 1) return cudaErrorInvalidValue;
     a.prefetch = g_prefetch;
     a.lab = mu_cu_get_matvec_lab();
+    a.stamp_id = MUSER_LAB_STAMPS && (a.lab & MU_CU_LAB_STAGE_STAMPS) ? g_stage_next++ : -1;
     a.rows_total = 0;
     bool all_k = true, same = true;
     for (int i = 0; i < a.nseg; i++) {

@@ -221,6 +221,7 @@ typedef struct mu_cu_mv {
     int64_t rows_total;    /* set by mu_cu_matvec                          */
     int prefetch;          /* set by mu_cu_matvec: prefetch before the wait (see below) */
     unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
+    int stamp_id;          /* set by mu_cu_matvec: the launch's stage-stamp row, -1: none */
     int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
                               (y holds parts x rows partial sums)          */
     int pack;              /* set by mu_cu_matvec: K-quant row-dots per batch (short rows) */
@@ -324,7 +325,21 @@ enum {
     MU_CU_LAB_TAIL_STAMPS = 256,   /* the RESNORM tails record clock stamps (mu_cu_lab_tail_stamps) */
     MU_CU_LAB_NO_FLAT = 512,       /* gate/up in whole rows per warp, not flat batches across rows */
     MU_CU_LAB_FLAT = 1024,         /* gate/up in flat batches wherever they can run (tests) */
+    MU_CU_LAB_NO_STAGE_NORM = 2048,  /* timing: no staging in the launches that form their input (norm-in) */
+    MU_CU_LAB_NO_STAGE_QUANT = 4096, /* timing: no staging in the launches that quantize theirs (down) */
+    MU_CU_LAB_NO_STAGE_COPY = 8192,  /* timing: no staging in the launches that copy int8 (Wo) */
+    MU_CU_LAB_STAGE_STAMPS = 16384,    /* matvec launches record globaltimer stamps (mu_cu_lab_stage_stamps) */
 };
+/* Stage stamps: a row per matvec launch captured since
+ * mu_cu_lab_stage_stamps_begin (the ids are fixed at capture), columns
+ * (globaltimer ns, each the max over the launch's blocks or warps; "min"
+ * columns hold ~t): kind + 1 (kind = EPI * 4 + QI), ~entry, ~wait
+ * released, wait released, first block sum (norm-in), second block sum,
+ * staged, last warp's end, ~staged. mu_cu_lab_stage_stamps copies the
+ * rows of the launches since the last call and clears them. */
+#define MU_CU_STAGE_STAMP_COLS 9
+int mu_cu_lab_stage_stamps_begin(void); /* -1: not compiled in (MUSER_LAB_STAMPS) */
+int mu_cu_lab_stage_stamps(unsigned long long *out, int max_rows);
 /* The tails' stamps since the last call (then cleared), rows of
  * MU_CU_TAIL_STAMP_COLS: parts, then SM clocks at the block's handshake
  * start, the last-block decision, the tail's start, after its loads and
