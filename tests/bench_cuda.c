@@ -201,10 +201,11 @@ static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
     }
     mu_cu_set_matvec_lab(MU_CU_LAB_STAGE_STAMPS | extra);
     mu_cuda_set_options(b, -1, -1, -1, -1); /* recapture with the flag: the launches' rows fixed */
-    if (time_decode(b, depth, 1, &ms) != 0 || mu_cu_lab_stage_stamps(NULL, 0) < 0) return 1; /* (clears) */
     muser_token next = 0;
-    if (mu_cuda_decode_select(b, 1000, (int)depth + 4, 0.0f, 0, NULL, &next) != 0) return 1; /* one token */
-    const int n = mu_cu_lab_stage_stamps(&rows[0][0], MAXR);
+    int n = -1;
+    if (time_decode(b, depth, 1, &ms) == 0 && mu_cu_lab_stage_stamps(NULL, 0) >= 0 && /* (clears) */
+        mu_cuda_decode_select(b, 1000, (int)depth + 4, 0.0f, 0, NULL, &next) == 0)     /* one token */
+        n = mu_cu_lab_stage_stamps(&rows[0][0], MAXR);
     mu_cu_set_matvec_lab(0);
     if (n < 0) return 1;
     static const char *what[NS] = {"previous matvec's end -> wait released", "resident before the release",
