@@ -190,7 +190,7 @@ static int run_stamps(mu_backend *b, int64_t depth, unsigned extra) {
 /* --stage-stamps: each matvec launch of one token, globaltimer phases
  * (mu_cu_lab_stage_stamps), medians and sums per launch kind. */
 static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
-    enum { MAXR = 1024, C = MU_CU_STAGE_STAMP_COLS, NK = 16, NS = 8 };
+    enum { MAXR = 1024, C = MU_CU_STAGE_STAMP_COLS, NK = 16, NS = 14 };
     static unsigned long long rows[MAXR][C];
     static double seg[NK][NS][MAXR];
     int cnt[NK] = {0};
@@ -211,7 +211,10 @@ static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
     static const char *what[NS] = {"previous matvec's end -> wait released", "resident before the release",
                                    "release -> first block sum (norm-in)", "release -> second block sum",
                                    "release -> first block staged", "release -> last block staged",
-                                   "last staged -> last warp's end", "release -> last warp's end"};
+                                   "last staged -> last warp's end", "release -> last warp's end",
+                                   "release -> last block released", "release -> first warp's branch loaded",
+                                   "release -> last warp's branch loaded", "release -> last warp's h' formed",
+                                   "release -> last warp's input quantized", "release -> last warp's records built"};
     unsigned long long prev_end = 0;
     int launches = 0;
     for (int i = 0; i < n; i++) {
@@ -221,7 +224,10 @@ static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
         const double w = (double)~r[2];
         const double v[NS] = {prev_end ? w - (double)prev_end : 0.0, w - (double)~r[1], r[4] ? (double)r[4] - w : 0.0,
                               r[5] ? (double)r[5] - w : 0.0,       (double)~r[8] - w, (double)r[6] - w,
-                              (double)r[7] - (double)r[6],         (double)r[7] - w};
+                              (double)r[7] - (double)r[6],         (double)r[7] - w,
+                              (double)r[3] - w,                    r[10] ? (double)~r[10] - w : 0.0,
+                              r[9] ? (double)r[9] - w : 0.0,       r[11] ? (double)r[11] - w : 0.0,
+                              r[12] ? (double)r[12] - w : 0.0,     r[13] ? (double)r[13] - w : 0.0};
         for (int j = 0; j < NS; j++) seg[k][j][cnt[k]] = v[j] / 1e3;
         cnt[k]++, launches++;
         prev_end = r[7];

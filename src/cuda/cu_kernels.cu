@@ -218,7 +218,13 @@ __device__ __forceinline__ void quantize4(const float4 &v, int elem, int8_t *q, 
 }
 
 __device__ __forceinline__ float4 f4mul(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
-__device__ __forceinline__ float f4dot(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+/* acc + the sum of a's squares, explicitly rounded: the tails and the
+ * norm-in staging sum the same squares and must agree to the bit, which a
+ * contraction into acc in one of them and not the other broke twice */
+__device__ __forceinline__ float f4sq_acc(float acc, float4 a) {
+    const float s = __fmaf_rn(a.w, a.w, __fmaf_rn(a.z, a.z, __fmaf_rn(a.y, a.y, __fmul_rn(a.x, a.x))));
+    return __fadd_rn(acc, s);
+}
 /* h + the branch, post-normed (r1, weights w) when post: rounded products
  * and sum, never contracted into an FMA, so the residual/norm tails and
  * the norm-in staging agree to the bit however the compiler arranges
@@ -318,6 +324,13 @@ __device__ __forceinline__ void stage_stamp(unsigned long long *row, int col, bo
 __device__ __forceinline__ unsigned long long *stage_row(int id) {
     return id >= 0 && id < STAGE_STAMP_ROWS ? g_stage_stamps[id] : nullptr;
 }
+/* A warp's stamp (lane 0, after the warp converges), from every eighth
+ * block: fewer atomics on the row's one address */
+__device__ __forceinline__ void warp_stage_stamp(unsigned long long *row, int col, bool as_min = false) {
+    if (!MUSER_LAB_STAMPS || !row) return;
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0 && (blockIdx.x & 7) == 0) stage_stamp(row, col, as_min);
+}
 
 
 /* sv: TAIL_MAXN floats of shared memory (16-byte aligned) for h; stamp:
@@ -358,7 +371,7 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv, uns
     TAIL_FOR(k, e) {
         const float4 v = __ldcg(reinterpret_cast<const float4 *>(h + e));
         s4[e / 4] = v;
-        ss += f4dot(v);
+        ss = f4sq_acc(ss, v);
         tv[k] = br ? __ldcg(reinterpret_cast<const float4 *>(br + e)) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     if (np > 1) { /* the second part in the same round (a second rank's branch: one NVLink round trip) */
@@ -372,7 +385,7 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv, uns
             tv[k] = make_float4(tv[k].x + w.x, tv[k].y + w.y, tv[k].z + w.z, tv[k].w + w.w);
         }
     }
-    if (br) TAIL_FOR(k, e) st += f4dot(tv[k]);
+    if (br) TAIL_FOR(k, e) st = f4sq_acc(st, tv[k]);
     if (rn.embd_norm) {
         const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)n + rn.eps_next);
         TAIL_FOR(k, e) s4[e / 4] = f4mul(s4[e / 4], r);
@@ -384,12 +397,12 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv, uns
         TAIL_FOR(k, e) {
             const float4 hv = residual_add4(s4[e / 4], tv[k], wp, r1, wpv[k]);
             s4[e / 4] = hv;
-            ss2 += f4dot(hv);
+            ss2 = f4sq_acc(ss2, hv);
             tv[k] = wnv[k]; /* tv[k] now holds the next norm's weights */
         }
     } else {
         TAIL_FOR(k, e) {
-            if (rn.embd_norm) ss2 += f4dot(s4[e / 4]);
+            if (rn.embd_norm) ss2 = f4sq_acc(ss2, s4[e / 4]);
             tv[k] = wnv[k];
         }
         if (!rn.embd_norm) ss2 = ss;
@@ -633,9 +646,10 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
             const float4 w = __ldcg(reinterpret_cast<const float4 *>(ni.branch + p * ni.part_stride) + c);
             bv = make_float4(bv.x + w.x, bv.y + w.y, bv.z + w.z, bv.w + w.w);
         }
-        st += f4dot(bv);
+        st = f4sq_acc(st, bv);
         vsm[c] = bv;
     }
+    warp_stage_stamp(srow, 9), warp_stage_stamp(srow, 10, true);
     const float r1 = ni.w_post ? 1.0f / sqrtf(block_sum(st, red) / (float)n + ni.eps_post) : 1.0f;
     if (MUSER_LAB_STAMPS && srow && threadIdx.x == 0) stage_stamp(srow, 4, false);
     float ss2 = 0.f;
@@ -645,8 +659,9 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
         const float4 hv = residual_add4(h, vsm[c], ni.w_post != nullptr, r1, w);
         vsm[c] = hv;
         if (blockIdx.x == 0 && ni.h_out) reinterpret_cast<float4 *>(ni.h_out)[c] = hv;
-        ss2 += f4dot(hv);
+        ss2 = f4sq_acc(ss2, hv);
     }
+    warp_stage_stamp(srow, 11);
     const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + ni.eps_next);
     if (MUSER_LAB_STAMPS && srow && threadIdx.x == 0) stage_stamp(srow, 5, false);
     /* (a group's 4 chunks are 4 consecutive threads: n % 16 == 0, blockDim % 4 == 0) */
@@ -661,8 +676,10 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
         int8_t *q = reinterpret_cast<int8_t *>(sm + KQ_XQ * (g >> 4) + 16 * (g & 15) - 16 * g);
         quantize4(a, 4 * c, q, reinterpret_cast<float *>(gds));
     }
+    warp_stage_stamp(srow, 12);
     __syncthreads();
     kq_stage_records<true>(aux, nb, gds);
+    warp_stage_stamp(srow, 13);
 }
 
 /* The staged input of lane-block (b, c0). */
@@ -871,6 +888,10 @@ __device__ __forceinline__ void rowdot_prefetch_l2(const mu_cu_weight &w, int64_
     case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: {
         int qh, meta, d;
         kq_streams(w.type, qh, meta, d);
+        /* whole tile groups (16 blocks from the row's start, load-major): a
+         * range cut inside a group holds its blocks' bytes only in part */
+        i0 &= ~15;
+        i1 = (int)min((int64_t)((i1 + 15) & ~15), nb);
         const int64_t b0 = row * nb + i0, n = i1 - i0;
         prefetch_l2_range(w.qs + b0 * 128, (uint64_t)n * 128);
         prefetch_l2_range(w.meta + b0 * meta, (uint64_t)n * meta);
@@ -1015,6 +1036,17 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
             int ps, pp;
             int64_t pr;
             if (locate(k, ps, pr, pp)) rowdot_prefetch_l2(a.seg[ps].w, pr, pp * plen, min((pp + 1) * plen, n_items));
+        }
+    }
+    if constexpr (QI == 2 && LANE == MU_CU_LANE_FAST) {
+        if (!(a.lab & MU_CU_LAB_NO_NORM_W_L1)) {
+            /* the norm weights (immutable) toward L1, a line per thread: the
+             * staging's __ldg then hits L1, not L2 (+0.8% a token, same call) */
+            const int lines = (int)(a.seg[0].w.cols * 4 / 128);
+            for (int i = threadIdx.x; i < lines; i += blockDim.x) {
+                if (a.nin.w_post) prefetch_l1(a.nin.w_post + 32 * i);
+                if (a.nin.w_next) prefetch_l1(a.nin.w_next + 32 * i);
+            }
         }
     }
     pdl_wait(); /* the weights above are immutable; activations come after */

@@ -329,15 +329,18 @@ enum {
     MU_CU_LAB_NO_STAGE_QUANT = 4096, /* timing: no staging in the launches that quantize theirs (down) */
     MU_CU_LAB_NO_STAGE_COPY = 8192,  /* timing: no staging in the launches that copy int8 (Wo) */
     MU_CU_LAB_STAGE_STAMPS = 16384,    /* matvec launches record globaltimer stamps (mu_cu_lab_stage_stamps) */
+    MU_CU_LAB_NO_NORM_W_L1 = 32768,    /* norm-in: no L1 prefetch of the norm weights before the wait */
 };
 /* Stage stamps: a row per matvec launch captured since
  * mu_cu_lab_stage_stamps_begin (the ids are fixed at capture), columns
  * (globaltimer ns, each the max over the launch's blocks or warps; "min"
  * columns hold ~t): kind + 1 (kind = EPI * 4 + QI), ~entry, ~wait
  * released, wait released, first block sum (norm-in), second block sum,
- * staged, last warp's end, ~staged. mu_cu_lab_stage_stamps copies the
+ * staged, last warp's end, ~staged; then the norm-in staging's warps
+ * (every eighth block): the branch loaded (max, ~min), h' formed, the
+ * input quantized, the records built. mu_cu_lab_stage_stamps copies the
  * rows of the launches since the last call and clears them. */
-#define MU_CU_STAGE_STAMP_COLS 9
+#define MU_CU_STAGE_STAMP_COLS 14
 int mu_cu_lab_stage_stamps_begin(void); /* -1: not compiled in (MUSER_LAB_STAMPS) */
 int mu_cu_lab_stage_stamps(unsigned long long *out, int max_rows);
 /* The tails' stamps since the last call (then cleared), rows of
