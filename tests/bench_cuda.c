@@ -270,7 +270,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--stage-stamps")) stage_stamps = true;
         else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), alt_set = true, i++;
         else {
-            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick [--alt FLAGS]] | --chain\n");
+            fprintf(stderr, "usage: bench_cuda -m MODEL [--lane fast|exact] [--depth D] [--gen N] [--quick] [--stamps | "
+                            "--stage-stamps] [--alt FLAGS] | --chain | --chain-rows\n");
             return 2;
         }
     }

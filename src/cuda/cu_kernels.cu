@@ -324,6 +324,10 @@ __device__ __forceinline__ void stage_stamp(unsigned long long *row, int col, bo
 __device__ __forceinline__ unsigned long long *stage_row(int id) {
     return id >= 0 && id < STAGE_STAMP_ROWS ? g_stage_stamps[id] : nullptr;
 }
+/* A block's stamp (thread 0) */
+__device__ __forceinline__ void block_stage_stamp(unsigned long long *row, int col, bool as_min = false) {
+    if (MUSER_LAB_STAMPS && row && threadIdx.x == 0) stage_stamp(row, col, as_min);
+}
 /* A warp's stamp (lane 0, after the warp converges), from every eighth
  * block: fewer atomics on the row's one address */
 __device__ __forceinline__ void warp_stage_stamp(unsigned long long *row, int col, bool as_min = false) {
@@ -651,7 +655,7 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
     }
     warp_stage_stamp(srow, 9), warp_stage_stamp(srow, 10, true);
     const float r1 = ni.w_post ? 1.0f / sqrtf(block_sum(st, red) / (float)n + ni.eps_post) : 1.0f;
-    if (MUSER_LAB_STAMPS && srow && threadIdx.x == 0) stage_stamp(srow, 4, false);
+    block_stage_stamp(srow, 4);
     float ss2 = 0.f;
     for (int c = threadIdx.x; c < nc; c += blockDim.x) {
         const float4 h = __ldcg(reinterpret_cast<const float4 *>(ni.h) + c);
@@ -663,7 +667,7 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
     }
     warp_stage_stamp(srow, 11);
     const float r2 = 1.0f / sqrtf(block_sum(ss2, red) / (float)n + ni.eps_next);
-    if (MUSER_LAB_STAMPS && srow && threadIdx.x == 0) stage_stamp(srow, 5, false);
+    block_stage_stamp(srow, 5);
     /* (a group's 4 chunks are 4 consecutive threads: n % 16 == 0, blockDim % 4 == 0) */
     for (int c = threadIdx.x; c < nc; c += blockDim.x) {
         float4 a = f4mul(vsm[c], r2);
@@ -1050,8 +1054,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
     }
     pdl_wait(); /* the weights above are immutable; activations come after */
-    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && threadIdx.x == 0)
-        stage_stamp(stage_row(a.stamp_id), 2, true), stage_stamp(stage_row(a.stamp_id), 3, false);
+    if (MUSER_LAB_STAMPS) block_stage_stamp(stage_row(a.stamp_id), 2, true), block_stage_stamp(stage_row(a.stamp_id), 3);
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
         /* what the tail reads from DRAM (h, the norm weights) into L2 now,
          * so the tail's one round of loads hits L2 */
@@ -1067,8 +1070,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         P::template stage<QI>(a, mv_smem);
         __syncthreads();
     }
-    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && threadIdx.x == 0)
-        stage_stamp(stage_row(a.stamp_id), 6, false), stage_stamp(stage_row(a.stamp_id), 8, true);
+    if (MUSER_LAB_STAMPS) block_stage_stamp(stage_row(a.stamp_id), 6), block_stage_stamp(stage_row(a.stamp_id), 8, true);
 
     float acc = 0.f, gate = 0.f;
     unsigned long long best = 0ull;
@@ -1380,6 +1382,8 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
      * of rounds, every warp with as many row-dots (tensor-parallel ranks:
      * measured 3.5% faster at depth 2048, equal at 0) */
     const int64_t max_w = (int64_t)sms[dev] * per_sm * NW;
+    /* flat ranges are cut over the warps the tests' grid cap leaves */
+    const int64_t cap_w = g_grid_cap > 0 && max_w > (int64_t)g_grid_cap * NW ? (int64_t)g_grid_cap * NW : max_w;
     if constexpr (!FLAT && P::FLAT_OK && LANE == MU_CU_LANE_FAST && EPI == MU_CU_EPI_GATEUP) {
         /* flat batches over every warp that fits, when a row has a batch or
          * more, a warp's range fits its gate sums, and the most batches a
@@ -1388,17 +1392,15 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
          * +2.2% per token; one H200, 5 pairs, 20 -> 18, equal (the per-lane
          * row bookkeeping costs about what a tenth of the batches saves) */
         const int64_t rows = in->seg[0].w.rows, nb = in->seg[0].w.cols / 256;
-        const int64_t fw = g_grid_cap > 0 && max_w > (int64_t)g_grid_cap * NW ? (int64_t)g_grid_cap * NW : max_w;
-        const int64_t range = (rows + fw - 1) / fw, per_row = (nb + P::PER_BATCH - 1) / P::PER_BATCH;
+        const int64_t range = (rows + cap_w - 1) / cap_w, per_row = (nb + P::PER_BATCH - 1) / P::PER_BATCH;
         const int64_t flat = 2 * ((range * nb + P::PER_BATCH - 1) / P::PER_BATCH), whole = 2 * range * per_row;
         const bool force = in->lab & MU_CU_LAB_FLAT;
         if (nb >= P::PER_BATCH && range <= MV_FLAT_ROWS && !(in->lab & MU_CU_LAB_NO_FLAT) && (force || 8 * flat <= 7 * whole))
             return launch_mv<P, LANE, EPI, QI, 1>(in, jobs, stage, s);
     }
-    if constexpr (FLAT) { /* (the test's grid cap as above: the range was checked against it) */
-        const int64_t blocks = g_grid_cap > 0 && max_w / NW > g_grid_cap ? g_grid_cap : max_w / NW;
-        return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
-    }
+    if constexpr (FLAT)
+        return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)(cap_w / NW)), dim3(NW * 32), smem, s,
+                          *in);
     const int64_t rounds = (jobs + max_w - 1) / max_w;
     const bool even = in->even_rounds || (in->lab & MU_CU_LAB_EVEN_ROUNDS);
     const int64_t warps = even ? (jobs + rounds - 1) / rounds : (jobs < max_w ? jobs : max_w);
