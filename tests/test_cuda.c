@@ -99,6 +99,69 @@ static const uint32_t all_types[] = {MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, M
 
 static bool is_kquant(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
 
+/* A STORE launch of nseg K-quant matrices (fast lane, input quantized)
+ * against the reference: as the launch chooses, with ranges cut inside
+ * rows forced (MU_CU_LAB_CUT) and with whole rows per warp
+ * (MU_CU_LAB_NO_CUT), on a grid of at most cap blocks (0: every SM). */
+static void check_cut_case(int nseg, const uint32_t *types, const int64_t *rows, int64_t cols, int cap) {
+    void *ws[4];
+    int64_t total = 0;
+    for (int i = 0; i < nseg; i++) ws[i] = rand_weight(types[i], rows[i], cols), total += rows[i];
+    float *x = malloc(sizeof(float) * cols), *y = malloc(sizeof(float) * (size_t)total);
+    int8_t *xq = malloc(cols);
+    float *xds = malloc(sizeof(float) * cols / 8);
+    rand_vec(x, cols, 1.5f);
+    const unsigned lab_was = mu_cu_get_matvec_lab();
+    const unsigned lab_run[3] = {0, MU_CU_LAB_CUT, MU_CU_LAB_NO_CUT};
+    const char *name_run[3] = {"as chosen", "cut ranges", "whole rows"};
+    mu_cu_set_matvec_grid_cap(cap);
+    for (int run = 0; run < 3; run++) {
+        mu_cu_set_matvec_lab((lab_was & ~(unsigned)(MU_CU_LAB_CUT | MU_CU_LAB_NO_CUT)) | lab_run[run]);
+        for (int64_t i = 0; i < total; i++) y[i] = NAN; /* a row left unwritten fails */
+        int rc = mu_cuda_test_matvec(nseg, types, (const void *const *)ws, rows, cols, x, 1, y, xq, xds, 0);
+        CHECKF(rc == 0, "%d-matrix matvec, %lld rows x %lld: %s", nseg, (long long)total, (long long)cols,
+               muser_last_error());
+        int bad = 0;
+        double worst = 0;
+        int64_t off = 0;
+        for (int i = 0; i < nseg && rc == 0; i++) {
+            for (int64_t r = 0; r < rows[i]; r++) {
+                double tol;
+                const double ref = ref_row(types[i], (const uint8_t *)ws[i] + r * mu_row_bytes(types[i], cols), cols, x,
+                                           xq, xds, 1, &tol);
+                const double err = fabs(y[off + r] - ref);
+                if (!(err <= tol)) bad++;
+                if (err / tol > worst) worst = err / tol;
+            }
+            off += rows[i];
+        }
+        CHECKF(bad == 0, "%d-matrix matvec, %lld rows x %lld, grid cap %d, fast lane, %s: %d rows off (worst %.2f x tol)",
+               nseg, (long long)total, (long long)cols, cap, name_run[run], bad, worst);
+    }
+    mu_cu_set_matvec_lab(lab_was);
+    mu_cu_set_matvec_grid_cap(0);
+    for (int i = 0; i < nseg; i++) free(ws[i]);
+    free(x), free(y), free(xq), free(xds);
+}
+
+static void test_matvec_cut(void) {
+    /* the 30B's qkv + gate (8704 rows of 26 blocks, v in Q6_K); ragged
+     * segments; rows of 78 blocks; then on a few blocks, so each warp's
+     * range crosses many rows: rows of one batch (16 blocks), of a batch
+     * and a block (17), two types */
+    const uint32_t qkvg_t[4] = {MU_TYPE_Q4_K, MU_TYPE_Q4_K, MU_TYPE_Q6_K, MU_TYPE_Q4_K};
+    const int64_t qkvg[4] = {4096, 256, 256, 4096}, ragged[4] = {3001, 130, 131, 1137}, wide[4] = {2500, 64, 64, 2117};
+    check_cut_case(4, qkvg_t, qkvg, 6656, 0);
+    check_cut_case(4, qkvg_t, ragged, 6656, 0);
+    check_cut_case(4, qkvg_t, wide, 19968, 0);
+    const uint32_t one_t[1] = {MU_TYPE_Q4_K}, q6_t[1] = {MU_TYPE_Q6_K}, two_t[2] = {MU_TYPE_Q5_K, MU_TYPE_Q4_K};
+    const int64_t one[1] = {1000}, q6[1] = {333}, two[2] = {300, 200};
+    check_cut_case(1, one_t, one, 4096, 5);
+    check_cut_case(1, q6_t, q6, 4352, 3);
+    check_cut_case(2, two_t, two, 6656, 4);
+    printf("  matvec, ranges cut inside rows: 6 shapes (the 30B's qkv + gate among them), as chosen, forced, off\n");
+}
+
 static void test_matvec(void) {
     /* sizes: the 30B's input widths (6656, 19968, 4096) and a small one */
     const int64_t cols_list[] = {256, 4096, 6656, 19968};
@@ -759,6 +822,7 @@ int main(void) {
     }
     mu_cu_set_matvec_grid_cap(0);
     mu_cu_set_matvec_lab(0);
+    test_matvec_cut();
     test_dequant();
     test_embed();
     test_qkv_post();

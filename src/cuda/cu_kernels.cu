@@ -710,6 +710,11 @@ __device__ __forceinline__ void kq_act_load(const uint8_t *sm, int nb, int b, in
     }
 }
 
+template <uint32_t T>
+struct kq_type_tag {
+    static constexpr uint32_t value = T;
+};
+
 /* K-quant family. TYPE 0: the type of each segment, switched per batch
  * (launches mixing K-quants, and the exact lane). */
 template <uint32_t TYPE>
@@ -717,6 +722,8 @@ struct PolKQ {
     static constexpr int PER_BATCH = 16; /* blocks */
     static constexpr int PART_ALIGN = 16; /* parts start at a tile group */
     static constexpr bool FLAT_OK = TYPE != 0; /* gate/up in flat batches (one type) */
+    static constexpr bool CUT_OK = true; /* STORE in ranges cut inside rows (mv_kernel, FLAT 2) */
+    static constexpr uint32_t KQ_TYPE = TYPE;
     static constexpr bool PACKS = false; /* PolKQP: short row-dots share a batch */
     struct Regs {
         KqLane<uint4> L;
@@ -761,6 +768,18 @@ struct PolKQ {
         kq_act_load<T>(sm, nb, R.b, threadIdx.x & 1, x);
         return kq_dot_fast<T>(R.L, threadIdx.x & 1, x);
     }
+    /* load_at and dot_fast for a type known to the caller (cut ranges: one
+     * segment a block, so the mixed launch's blocks switch once, not per batch) */
+    template <uint32_t T>
+    __device__ static void load_at_t(Regs &R, const mu_cu_weight &w, int64_t row, int b, bool on) {
+        R.b = b;
+        R.on = on;
+        if (on) load_t<T>(R, w, row);
+    }
+    template <uint32_t T>
+    __device__ static float dot_fast_t(const Regs &R, const uint8_t *sm, int nb) {
+        return R.on ? fast_t<T>(R, sm, nb) : 0.f;
+    }
     __device__ static float dot_fast(const Regs &R, const mu_cu_weight &w, int64_t, const mu_cu_act &,
                                      const uint8_t *sm) {
         if (!R.on) return 0.f;
@@ -791,6 +810,7 @@ struct PolKQ {
  * STORE and RESNORM launches only). */
 template <uint32_t TYPE>
 struct PolKQP : PolKQ<TYPE> {
+    static constexpr bool CUT_OK = false;
     static constexpr bool PACKS = true;
 };
 
@@ -800,6 +820,7 @@ struct PolUnit {
     static constexpr int PER_BATCH = 32 * MV_NB; /* units */
     static constexpr int PART_ALIGN = 1; /* (equal parts: mu_cu_mv_parts) */
     static constexpr bool FLAT_OK = false;
+    static constexpr bool CUT_OK = false;
     static constexpr bool PACKS = false;
     struct Regs {
         uint4 v[MV_NB];
@@ -1021,12 +1042,36 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
      * pair p on block 16 j + p of the range), gate's range then up's: a
      * 26-block row no longer leaves 6 of 16 lane pairs idle in its second
      * batch. Lane state: (f_row, f_b), the block it loads. */
-    const int64_t f_p0 = FLAT ? gw * a.seg[0].w.rows / W : 0, f_p1 = FLAT ? (gw + 1) * a.seg[0].w.rows / W : 0;
+    const int64_t f_p0 = FLAT == 1 ? gw * a.seg[0].w.rows / W : 0, f_p1 = FLAT == 1 ? (gw + 1) * a.seg[0].w.rows / W : 0;
     int64_t f_row = f_p0;
     int f_b = lane >> 1;
-    if constexpr (FLAT) {
+    /* CUT (FLAT 2: STORE, fast lane, K-quant rows of a batch or more): block
+     * b takes the rows [c_r0, c_r0 + rows) of one segment c_s (launch_mv
+     * spreads the blocks over the segments by bytes: every batch has one
+     * weight type), and warp w the blocks [c_f0, c_f1) = [w T / NW,
+     * (w + 1) T / NW) of those rows flattened (T = rows x nb), in batches
+     * of 16 that run across rows as flat gate/up's do. A warp then streams
+     * ceil(T / NW / 16) batches or fewer: the 30B's qkv + gate (8704 rows
+     * of 26 blocks on 4224 warps) 4 at most, against 6 for the 256 warps
+     * that took a third whole row (measured +1.9% a token at depth 0,
+     * +1.5% at 2048, same call, one H200). Each range is a row long or
+     * longer (launch_mv), so a row is cut between two warps at most: both
+     * sums go to shared memory and are added in order at the block's end. */
+    int c_s = 0, c_r0 = 0, c_T = 0, c_f0 = 0, c_f1 = 0;
+    if constexpr (FLAT == 1) {
         have = f_p0 < f_p1;
         if (have) P::load_at(R, a.seg[0].w, f_row, f_b, true);
+    } else if constexpr (FLAT == 2) {
+        while (c_s + 1 < a.nseg && (int)blockIdx.x >= a.cut_b0[c_s + 1]) c_s++;
+        const int bi = (int)blockIdx.x - a.cut_b0[c_s], nbk = a.cut_b0[c_s + 1] - a.cut_b0[c_s];
+        const int64_t rows = a.seg[c_s].w.rows;
+        c_r0 = (int)(bi * rows / nbk);
+        c_T = (int)(((bi + 1) * rows / nbk - c_r0) * n_items);
+        c_f0 = (int)((int64_t)warp * c_T / NW), c_f1 = (int)((int64_t)(warp + 1) * c_T / NW);
+        const int f = c_f0 + (lane >> 1), fr = f / n_items; /* this lane's first block */
+        f_row = c_r0 + fr, f_b = f - fr * n_items;
+        have = c_f0 < c_f1;
+        if (have) P::load_at(R, a.seg[c_s].w, f_row, f_b, f < c_f1);
     } else if constexpr (PACKED) {
         have = load_packed(0);
     } else {
@@ -1139,7 +1184,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
             if (lane == 0) a.seg[cs].y[cr + (int64_t)cp * a.seg[cs].w.rows] = y;
         }
     };
-    if constexpr (FLAT) {
+    if constexpr (FLAT == 1) {
         __shared__ float f_gate[NW][MV_FLAT_ROWS]; /* the range's gate sums, up's pass reads them */
         const int nb = n_items;
         int pass = 0; /* 0: gate, 1: up */
@@ -1176,6 +1221,60 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
                 }
             }
             row_a = n_row_a, bs = n_bs, pass = n_pass;
+        }
+    }
+    if constexpr (FLAT == 2 && P::CUT_OK) {
+        __shared__ float c_head[NW], c_tail[NW]; /* each warp's cut rows: its first, its last */
+        const int nb = n_items;
+        const int row_first = c_r0 + c_f0 / nb, row_last = c_r0 + (c_f1 - 1) / nb;
+        const bool head_cut = c_f0 != (row_first - c_r0) * nb, tail_cut = c_f1 != (row_last - c_r0 + 1) * nb;
+        int row_a = row_first; /* the oldest incomplete row */
+        int fs = c_f0;         /* the batch's first block */
+        float acc_a = 0.f, acc_b = 0.f; /* this lane's sums of row_a, row_a + 1 */
+        auto store = [&](int row, float y) {
+            if (lane != 0) return;
+            if (row == row_first && head_cut) c_head[warp] = y;
+            else if (row == row_last && tail_cut) c_tail[warp] = y;
+            else a.seg[c_s].y[row] = y;
+        };
+        auto stream = [&](auto type) { /* the block's batches, its weight type known */
+            constexpr uint32_t T = decltype(type)::value;
+            const mu_cu_weight &w = a.seg[c_s].w;
+            while (have) {
+                const float v = P::template dot_fast_t<T>(R, mv_smem, nb); /* (0 when off) */
+                if (f_row == row_a) acc_a += v;
+                else acc_b += v;
+                /* row_a's last block is in this batch (nb >= 16: the next row's
+                 * only if the range ends in it, handled after the loop) */
+                const bool done_a = (row_a - c_r0 + 1) * nb <= min(fs + P::PER_BATCH, c_f1);
+                /* the next batch, its loads in flight during the sums */
+                fs += P::PER_BATCH;
+                f_b += P::PER_BATCH;
+                if (f_b >= nb) f_b -= nb, f_row++;
+                have = fs < c_f1;
+                if (have) P::template load_at_t<T>(R, w, f_row, f_b, fs + (lane >> 1) < c_f1);
+                if (done_a) {
+                    store(row_a, warp_sum(acc_a));
+                    acc_a = acc_b;
+                    acc_b = 0.f;
+                    row_a++;
+                }
+            }
+        };
+        if constexpr (P::KQ_TYPE != 0) {
+            stream(kq_type_tag<P::KQ_TYPE>{});
+        } else {
+            switch (a.seg[c_s].w.type) {
+            case MU_TYPE_Q4_K: stream(kq_type_tag<MU_TYPE_Q4_K>{}); break;
+            case MU_TYPE_Q5_K: stream(kq_type_tag<MU_TYPE_Q5_K>{}); break;
+            default: stream(kq_type_tag<MU_TYPE_Q6_K>{}); break;
+            }
+        }
+        if (row_a <= row_last) store(row_a, warp_sum(acc_a)); /* the range's end cut it, or it began in the last batch */
+        __syncthreads();
+        if (threadIdx.x >= 1 && threadIdx.x < NW) { /* the row cut where warp w's range begins */
+            const int f = (int)((int64_t)threadIdx.x * c_T / NW);
+            if (f % nb) a.seg[c_s].y[c_r0 + f / nb] = c_tail[threadIdx.x - 1] + c_head[threadIdx.x];
         }
     }
     while (!PACKED && !FLAT && have) {
@@ -1348,6 +1447,37 @@ static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
     return (size_t)((cols + 15) & ~15) + (size_t)cols / 2;
 }
 
+/* Cut ranges (mv_kernel, FLAT 2) for a STORE launch of K-quant rows on
+ * `blocks` blocks of nw warps: the blocks spread over the segments in
+ * proportion to their bytes (cumulative rounding). False where they cannot
+ * run (rows under a batch, a segment without a block or with fewer than nw
+ * rows a block: a warp's range shorter than a row) or where a warp would
+ * not stream fewer batches than with whole rows on as many warps. */
+static bool cut_plan(mu_cu_mv *a, int nw, int64_t blocks, int per_batch) {
+    if (a->parts > 1 || a->pack > 1 || a->nseg < 1 || blocks < a->nseg || (a->lab & MU_CU_LAB_NO_CUT)) return false;
+    const int64_t nb = a->seg[0].w.cols / 256;
+    if (nb < per_batch) return false;
+    int64_t bytes[MU_CU_MAX_SEG], total = 0;
+    for (int i = 0; i < a->nseg; i++) {
+        const uint32_t t = a->seg[i].w.type;
+        const int64_t bb = t == MU_TYPE_Q4_K ? 144 : t == MU_TYPE_Q5_K ? 176 : t == MU_TYPE_Q6_K ? 210 : 0;
+        if (!bb || a->seg[i].w.cols != a->seg[0].w.cols) return false;
+        bytes[i] = a->seg[i].w.rows * nb * bb, total += bytes[i];
+    }
+    int64_t cum = 0, most = 0;
+    a->cut_b0[0] = 0;
+    for (int i = 0; i < a->nseg; i++) {
+        cum += bytes[i];
+        a->cut_b0[i + 1] = (int)((cum * blocks + total / 2) / total);
+        const int64_t nbk = a->cut_b0[i + 1] - a->cut_b0[i], rows = a->seg[i].w.rows;
+        if (nbk < 1 || rows / nbk < nw) return false;
+        const int64_t range = ((rows + nbk - 1) / nbk * nb + nw - 1) / nw; /* the longest range */
+        most = max(most, (range + per_batch - 1) / per_batch);
+    }
+    const int64_t w = blocks * nw, whole = (a->rows_total + w - 1) / w * ((nb + per_batch - 1) / per_batch);
+    return most < whole || (a->lab & MU_CU_LAB_CUT);
+}
+
 template <class P, int LANE, int EPI, int QI = 0, int FLAT = 0>
 static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cudaStream_t s) {
     constexpr int NW = mv_warps<LANE>();
@@ -1397,6 +1527,19 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
         const bool force = in->lab & MU_CU_LAB_FLAT;
         if (nb >= P::PER_BATCH && range <= MV_FLAT_ROWS && !(in->lab & MU_CU_LAB_NO_FLAT) && (force || 8 * flat <= 7 * whole))
             return launch_mv<P, LANE, EPI, QI, 1>(in, jobs, stage, s);
+    }
+    if constexpr (!FLAT && P::CUT_OK && LANE == MU_CU_LANE_FAST && EPI == MU_CU_EPI_STORE) {
+        /* qkv + gate (one GPU), down's rank part; Wo's rows are one batch
+         * (nothing to gain: whole rows stay) */
+        mu_cu_mv c = *in;
+        if (cut_plan(&c, NW, cap_w / NW, P::PER_BATCH)) return launch_mv<P, LANE, EPI, QI, 2>(in, jobs, stage, s);
+    }
+    if constexpr (FLAT == 2) { /* planned again on this kernel's grid (the same unless its fit differs) */
+        mu_cu_mv c = *in;
+        if (cut_plan(&c, NW, cap_w / NW, P::PER_BATCH))
+            return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)(cap_w / NW)), dim3(NW * 32), smem, s, c);
+        c.lab |= MU_CU_LAB_NO_CUT;
+        return launch_mv<P, LANE, EPI, QI, 0>(&c, jobs, stage, s);
     }
     if constexpr (FLAT)
         return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)(cap_w / NW)), dim3(NW * 32), smem, s,

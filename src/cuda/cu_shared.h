@@ -232,6 +232,8 @@ typedef struct mu_cu_mv {
                               (a norm-in consumer sums them)                */
     int batch_parts;       /* STORE, fast lane, K-quants: row-dots in this many parts of
                               one batch (mu_cu_mv_batch_parts; 0 or 1: whole) */
+    int cut_b0[MU_CU_MAX_SEG + 1]; /* set by launch_mv for cut ranges (mv_kernel, FLAT 2):
+                              segment i's blocks are [cut_b0[i], cut_b0[i + 1]) */
     mu_cu_norm_in nin;     /* nin.h set: the input is formed while staging (fast-lane
                               K-quants; act unused)                         */
     int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
@@ -330,6 +332,8 @@ enum {
     MU_CU_LAB_NO_STAGE_COPY = 8192,  /* timing: no staging in the launches that copy int8 (Wo) */
     MU_CU_LAB_STAGE_STAMPS = 16384,    /* matvec launches record globaltimer stamps (mu_cu_lab_stage_stamps) */
     MU_CU_LAB_NO_NORM_W_L1 = 32768,    /* norm-in: no L1 prefetch of the norm weights before the wait */
+    MU_CU_LAB_NO_CUT = 65536,          /* STORE: whole rows per warp, not ranges cut inside rows (mv_kernel) */
+    MU_CU_LAB_CUT = 131072,            /* STORE: cut ranges wherever they can run (tests) */
 };
 /* Stage stamps: a row per matvec launch captured since
  * mu_cu_lab_stage_stamps_begin (the ids are fixed at capture), columns
