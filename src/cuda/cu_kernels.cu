@@ -1478,6 +1478,9 @@ static bool cut_plan(mu_cu_mv *a, int nw, int64_t blocks, int per_batch) {
     return most < whole || (a->lab & MU_CU_LAB_CUT);
 }
 
+/* Cut ranges run one block per SM (the tests' grid cap applies) */
+static int64_t cut_blocks(int sms) { return g_grid_cap > 0 && g_grid_cap < sms ? g_grid_cap : sms; }
+
 template <class P, int LANE, int EPI, int QI = 0, int FLAT = 0>
 static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cudaStream_t s) {
     constexpr int NW = mv_warps<LANE>();
@@ -1532,15 +1535,11 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
         /* qkv + gate (one GPU), down's rank part; Wo's rows are one batch
          * (nothing to gain: whole rows stay) */
         mu_cu_mv c = *in;
-        if (cut_plan(&c, NW, cap_w / NW, P::PER_BATCH)) return launch_mv<P, LANE, EPI, QI, 2>(in, jobs, stage, s);
+        if (cut_plan(&c, NW, cut_blocks(sms[dev]), P::PER_BATCH)) return launch_mv<P, LANE, EPI, QI, 2>(&c, jobs, stage, s);
     }
-    if constexpr (FLAT == 2) { /* planned again on this kernel's grid (the same unless its fit differs) */
-        mu_cu_mv c = *in;
-        if (cut_plan(&c, NW, cap_w / NW, P::PER_BATCH))
-            return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)(cap_w / NW)), dim3(NW * 32), smem, s, c);
-        c.lab |= MU_CU_LAB_NO_CUT;
-        return launch_mv<P, LANE, EPI, QI, 0>(&c, jobs, stage, s);
-    }
+    if constexpr (FLAT == 2) /* (cut_b0 planned above) */
+        return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)cut_blocks(sms[dev])), dim3(NW * 32), smem, s,
+                          *in);
     if constexpr (FLAT)
         return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)(cap_w / NW)), dim3(NW * 32), smem, s,
                           *in);
