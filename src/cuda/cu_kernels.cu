@@ -1460,9 +1460,8 @@ static bool cut_plan(mu_cu_mv *a, int nw, int64_t blocks, int per_batch) {
     int64_t bytes[MU_CU_MAX_SEG], total = 0;
     for (int i = 0; i < a->nseg; i++) {
         const uint32_t t = a->seg[i].w.type;
-        const int64_t bb = t == MU_TYPE_Q4_K ? 144 : t == MU_TYPE_Q5_K ? 176 : t == MU_TYPE_Q6_K ? 210 : 0;
-        if (!bb || a->seg[i].w.cols != a->seg[0].w.cols) return false;
-        bytes[i] = a->seg[i].w.rows * nb * bb, total += bytes[i];
+        if (!is_kquant(t) || a->seg[i].w.cols != a->seg[0].w.cols) return false;
+        bytes[i] = a->seg[i].w.rows * (int64_t)mu_row_bytes(t, a->seg[i].w.cols), total += bytes[i];
     }
     int64_t cum = 0, most = 0;
     a->cut_b0[0] = 0;
