@@ -99,6 +99,27 @@ static const uint32_t all_types[] = {MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, M
 
 static bool is_kquant(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
 
+/* Rows of a multi-matrix launch's output y (the matrices' rows one after
+ * another) that miss the reference's tolerance; *worst (if set): the
+ * largest error over its tolerance. */
+static int rows_off(int nseg, const uint32_t *types, void *const *ws, const int64_t *rows, int64_t cols, const float *x,
+                    const int8_t *xq, const float *xds, int lane, const float *y, double *worst) {
+    int bad = 0;
+    int64_t off = 0;
+    for (int i = 0; i < nseg; i++) {
+        for (int64_t r = 0; r < rows[i]; r++) {
+            double tol;
+            const double ref = ref_row(types[i], (const uint8_t *)ws[i] + r * mu_row_bytes(types[i], cols), cols, x, xq,
+                                       xds, lane, &tol);
+            const double err = fabs(y[off + r] - ref);
+            if (!(err <= tol)) bad++;
+            if (worst && err / tol > *worst) *worst = err / tol;
+        }
+        off += rows[i];
+    }
+    return bad;
+}
+
 /* A STORE launch of nseg K-quant matrices (fast lane, input quantized)
  * against the reference: as the launch chooses, with ranges cut inside
  * rows forced (MU_CU_LAB_CUT) and with whole rows per warp
@@ -121,20 +142,8 @@ static void check_cut_case(int nseg, const uint32_t *types, const int64_t *rows,
         int rc = mu_cuda_test_matvec(nseg, types, (const void *const *)ws, rows, cols, x, 1, y, xq, xds, 0);
         CHECKF(rc == 0, "%d-matrix matvec, %lld rows x %lld: %s", nseg, (long long)total, (long long)cols,
                muser_last_error());
-        int bad = 0;
         double worst = 0;
-        int64_t off = 0;
-        for (int i = 0; i < nseg && rc == 0; i++) {
-            for (int64_t r = 0; r < rows[i]; r++) {
-                double tol;
-                const double ref = ref_row(types[i], (const uint8_t *)ws[i] + r * mu_row_bytes(types[i], cols), cols, x,
-                                           xq, xds, 1, &tol);
-                const double err = fabs(y[off + r] - ref);
-                if (!(err <= tol)) bad++;
-                if (err / tol > worst) worst = err / tol;
-            }
-            off += rows[i];
-        }
+        const int bad = rc == 0 ? rows_off(nseg, types, ws, rows, cols, x, xq, xds, 1, y, &worst) : 0;
         CHECKF(bad == 0, "%d-matrix matvec, %lld rows x %lld, grid cap %d, fast lane, %s: %d rows off (worst %.2f x tol)",
                nseg, (long long)total, (long long)cols, cap, name_run[run], bad, worst);
     }
@@ -186,16 +195,8 @@ static void test_matvec(void) {
                     CHECKF(rc == 0, "matvec %s: %s", mu_type_name(type), muser_last_error());
                     if (rc) continue;
                     if (lane == 1) check_q8("matvec input", x, xq, xds, cols);
-                    int bad = 0;
                     double worst = 0;
-                    for (int64_t r = 0; r < rows; r++) {
-                        double tol;
-                        const double ref = ref_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), cols, x, xq,
-                                                   xds, lane, &tol);
-                        const double err = fabs((double)y[r] - ref);
-                        if (!(err <= tol)) bad++;
-                        if (err / tol > worst) worst = err / tol;
-                    }
+                    const int bad = rows_off(1, &type, &w, nr, cols, x, xq, xds, lane, y, &worst);
                     CHECKF(bad == 0, "matvec %s cols %lld lane %s (%d batch parts): %d of %lld rows off (worst %.2f x tol)",
                            mu_type_name(type), (long long)cols, lane ? "fast" : "exact", bp, bad, (long long)rows, worst);
                 }
@@ -219,17 +220,7 @@ static void test_matvec(void) {
         const int lane = run ? 1 : 0, bp = run == 2 ? 2 : 0;
         int rc = mu_cuda_test_matvec(4, types, (const void *const *)ws, rows, cols, x, lane, y, xq, xds, bp);
         CHECKF(rc == 0, "qkvg matvec: %s", muser_last_error());
-        int bad = 0;
-        int64_t off = 0;
-        for (int i = 0; i < 4; i++) {
-            for (int64_t r = 0; r < rows[i]; r++) {
-                double tol;
-                const double ref = ref_row(types[i], (const uint8_t *)ws[i] + r * mu_row_bytes(types[i], cols), cols, x,
-                                           xq, xds, lane, &tol);
-                if (!(fabs(y[off + r] - ref) <= tol)) bad++;
-            }
-            off += rows[i];
-        }
+        const int bad = rows_off(4, types, ws, rows, cols, x, xq, xds, lane, y, NULL);
         CHECKF(bad == 0, "qkvg matvec lane %d (%d batch parts): %d rows off", lane, bp, bad);
     }
     for (int i = 0; i < 4; i++) free(ws[i]);
@@ -340,12 +331,7 @@ static void test_resnorm_cols(int64_t cols) {
         int rc = mu_cuda_test_matvec_resnorm(type, w, n, cols, x, 1, with_post ? wp : NULL, 1e-8f, h, wn, 1e-5f, y, ho,
                                              ao, aq, ads, xq, xds);
         CHECKF(rc == 0, "matvec + resnorm: %s", muser_last_error());
-        int bad = 0;
-        for (int64_t r = 0; r < n; r++) {
-            double tol;
-            const double ref = ref_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), cols, x, xq, xds, 1, &tol);
-            if (!(fabs(y[r] - ref) <= tol)) bad++;
-        }
+        const int bad = rows_off(1, &type, &w, &n, cols, x, xq, xds, 1, y, NULL);
         CHECKF(bad == 0, "matvec + resnorm: %d rows of y off", bad);
         /* the tail, from the kernel's own y */
         for (int64_t i = 0; i < n; i++) tr[i] = y[i];

@@ -1477,7 +1477,8 @@ static bool cut_plan(mu_cu_mv *a, int nw, int64_t blocks, int per_batch) {
     return most < whole || (a->lab & MU_CU_LAB_CUT);
 }
 
-/* Cut ranges run one block per SM (the tests' grid cap applies) */
+/* Cut ranges run one block per SM (the tests' grid cap applies): fixed by
+ * the device alone, so a host-side plan needs no occupancy query */
 static int64_t cut_blocks(int sms) { return g_grid_cap > 0 && g_grid_cap < sms ? g_grid_cap : sms; }
 
 template <class P, int LANE, int EPI, int QI = 0, int FLAT = 0>
