@@ -469,7 +469,7 @@ extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s) 
  * keeps them in shared memory and uses them for the token's own row (its
  * slot), so no block waits for another. The cached rows do not depend on
  * this step: their first K rows (a thread per row) and V rows (16 per warp)
- * are loaded right after the wait, in the same round as the projections.
+ * are loaded before the wait, while the qkv launch finishes.
  * Then the scores, the block's softmax, P V by the four warps (a lane per
  * 4 dims), and the output divided, gated and quantized as the reducer does.
  * (The host routes here only steps whose spans are all short.) */
@@ -529,16 +529,18 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
     __shared__ float red[33];
     __shared__ __align__(16) float po[4][128];
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
-    pdl_wait();
     const mu_cu_qkv_post &qp = a.qp;
     const int h = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int per_kv = qp.n_head / qp.n_head_kv, g = h / per_kv;
     const bool writer = h % per_kv == 0;
+    /* the step's records (copied before the step's first launch) */
     const mu_cu_rec_layer lt = rec_layer(qp.recs, 0, qp.layer);
     const int64_t n = lt.n_visible, cap = a.at.capacity;
     if (n < 1 || n > a.short_max) __trap(); /* a route error: fail closed */
     const int64_t row_elems = (int64_t)qp.n_head_kv * 128, col = (int64_t)g * 128;
-    /* the cached rows' first round (f16 K: a row per thread in registers) */
+    /* the cached rows' first round (f16 K: a row per thread in registers),
+     * before the wait: no launch of this step writes them (the token's own
+     * row, appended here, is the slot left out) */
     uint4 kw[16];
     bool k_in_regs = false;
     if (!KVF32 && tid < n) {
@@ -560,6 +562,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
             if (slot != lt.slot) vw[r] = v_raw<KVF32>(a.at.vc, slot * row_elems + col + 4 * lane);
         }
     }
+    pdl_wait(); /* the projections come after */
     /* the gate, raw (sigmoid below) */
     const float gv = a.rd.gate ? gate_raw(a.rd, 0, h * 128 + tid) : 0.f;
     if (warp == 0) {
