@@ -755,10 +755,11 @@ static void test_fixture(const char *rel, bool local) {
         }
     }
     /* decode attention: one launch for spans up to MUSER_CUDA_ATTN_SHORT rows
-     * (the default above), the three launches always (0), and a session
-     * that crosses from one to the other at 16 rows */
-    const char *shorts[] = {"0", "16"};
-    for (int si = 0; si < 2; si++) {
+     * (the default above), the three launches always (0), a session that
+     * crosses from one to the other at 16 rows, and one launch for every
+     * step (256: the fixtures are shorter) */
+    const char *shorts[] = {"0", "16", "256"};
+    for (int si = 0; si < 3; si++) {
         setenv("MUSER_CUDA_ATTN_SHORT", shorts[si], 1);
         float *ours = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_EXACT, MUSER_KV_F32, false}, V);
         unsetenv("MUSER_CUDA_ATTN_SHORT");

@@ -253,8 +253,12 @@ static int env_int(const char *name, int dflt) {
     return atoi(e);
 }
 
-/* Decode attention in one launch up to this span (mu_cu_attn_decode). */
-#define MU_CUDA_ATTN_SHORT_DEFAULT 256
+/* Decode attention in one launch up to this span (mu_cu_attn_decode).
+ * Measured on one H200 (b0f2d89, one call, two rounds, spans d+1..d+25 at
+ * depth d, tok/s with the limit at 256 / 128): depth 104 187.9 / 187.3
+ * (that span crosses 128), 136 181.6 / 182.1, 200 176.9 / 182.0; below
+ * 128 rows the one launch wins (depth 72: 188.1 against 182.9 split). */
+#define MU_CUDA_ATTN_SHORT_DEFAULT 128
 static int attn_short_clamp(int n) { return n <= 0 ? 0 : n > MU_CU_ATTN_SHORT_MAX ? MU_CU_ATTN_SHORT_MAX : n; }
 
 static int dalloc(void **p, size_t bytes, const char *what) {
