@@ -189,16 +189,44 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
     float(*so)[16][128] = reinterpret_cast<float(*)[16][128]>(att_ring);
     __shared__ float sm[4][16], sl[4][16], sf[4][16];
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
-    pdl_wait();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int per_kv = a.n_head / a.n_head_kv;
+    /* the step's records (copied before the step's first launch) */
     const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
     const int S = mu_cu_attn_splits(lt.n_visible, a.split_cap);
     if (s >= S) return;
     int64_t r0, nr;
     splitk_owned(lt.n_visible, S, s, r0, nr);
     const int h0 = g * per_kv;
+    const int64_t row_elems = (int64_t)a.n_head_kv * 128;
+    const uint16_t *kc = (const uint16_t *)a.kc + g * 128, *vc = (const uint16_t *)a.vc + g * 128;
+    const int64_t steps = (nr + 15) / 16;
+
+    /* this thread's chunk c of ring stage k */
+    auto slot = [&](int k, int c) { return att_ring + (((k * 4 + warp) * ATT_RING_CHUNKS + c) * 32 + lane); };
+    /* step st's K fragments into stage k: rows rb + gq (n-tile 0) and rb + 8
+     * + gq (n-tile 1), chunks 0-7; rows past the run as zeros */
+    auto issue = [&](int64_t st, int k) {
+        const int64_t rb = st * 16;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            const int64_t i = rb + nt * 8 + gq;
+            const bool on = i < nr;
+            const uint16_t *p = on ? kc + row_slot(lt, r0 + i, a.capacity) * row_elems : kc;
+#pragma unroll
+            for (int c = 0; c < 4; c++) cp_async16(slot(k, nt * 4 + c), p + 8 * (tq + 4 * c), on);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    /* A decoded token's rows but its own (the last, appended by the launch
+     * before) are written by no launch of the step: every split but the
+     * last issues its first K step before the wait. (A chunk's rows are its
+     * own: after the wait.) */
+    const bool early = a.T == 1 && s < S - 1;
+    if (early && warp < steps) issue(warp, 0);
+    pdl_wait();
+    if (!early && warp < steps) issue(warp, 0);
 
     /* Q fragments, scaled into log2 units, hi and lo halves */
     uint32_t qa_hi[8][4], qa_lo[8][4];
@@ -225,27 +253,6 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
 #pragma unroll
     for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    const int64_t row_elems = (int64_t)a.n_head_kv * 128;
-    const uint16_t *kc = (const uint16_t *)a.kc + g * 128, *vc = (const uint16_t *)a.vc + g * 128;
-    const int64_t steps = (nr + 15) / 16;
-
-    /* this thread's chunk c of ring stage k */
-    auto slot = [&](int k, int c) { return att_ring + (((k * 4 + warp) * ATT_RING_CHUNKS + c) * 32 + lane); };
-    /* step st's K fragments into stage k: rows rb + gq (n-tile 0) and rb + 8
-     * + gq (n-tile 1), chunks 0-7; rows past the run as zeros */
-    auto issue = [&](int64_t st, int k) {
-        const int64_t rb = st * 16;
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-            const int64_t i = rb + nt * 8 + gq;
-            const bool on = i < nr;
-            const uint16_t *p = on ? kc + row_slot(lt, r0 + i, a.capacity) * row_elems : kc;
-#pragma unroll
-            for (int c = 0; c < 4; c++) cp_async16(slot(k, nt * 4 + c), p + 8 * (tq + 4 * c), on);
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    };
-    if (warp < steps) issue(warp, 0);
     int stage = 0;
     for (int64_t st = warp; st < steps; st += 4, stage ^= 1) {
         const int64_t rb = st * 16; /* first row of the step within the run */
