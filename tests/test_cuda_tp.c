@@ -222,15 +222,20 @@ static void wide_ffn(int gpus) {
 
 /* The fixture's tokens over gpus GPUs against one GPU and the references,
  * in both lanes, with the ranks' sums fused into the tails or by NCCL;
- * split_route: decode attention by the split-K launches at every span
- * (MUSER_CUDA_ATTN_SHORT=0; by default spans this short run in one launch). */
-static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, bool split_route) {
+ * route: decode attention as by default (spans this short run in one
+ * launch of a block per head), ATTN_SPLIT by the split-K launches at every
+ * span (MUSER_CUDA_ATTN_SHORT=0, MUSER_CUDA_ATTN_CLUSTER=0), ATTN_CLUSTER
+ * in clusters of blocks past 8 rows. */
+enum { ATTN_DEFAULT, ATTN_SPLIT, ATTN_CLUSTER };
+static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, int route) {
+    const bool split_route = route == ATTN_SPLIT;
     muser_model *m = fx->model;
     const int *tokens = fx->tokens;
     const float *exact = fx->exact, *llama = fx->llama;
     const int V = fx->V, n = fx->n < 48 ? fx->n : 48;
     setenv("MUSER_TP_FUSED", fused ? "1" : "0", 1);
-    if (split_route) setenv("MUSER_CUDA_ATTN_SHORT", "0", 1);
+    if (split_route) setenv("MUSER_CUDA_ATTN_SHORT", "0", 1), setenv("MUSER_CUDA_ATTN_CLUSTER", "0", 1);
+    if (route == ATTN_CLUSTER) setenv("MUSER_CUDA_ATTN_SHORT", "8", 1), setenv("MUSER_CUDA_ATTN_CLUSTER", "512", 1);
     check_mode(m, gpus, fused);
     for (int li = 0; li < 2; li++) {
         const bool fast = li == 1;
@@ -238,7 +243,8 @@ static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, bool spli
         const muser_kv_type kv = fast ? MUSER_KV_F16 : MUSER_KV_F32;
         char ln[64];
         snprintf(ln, sizeof ln, "%s, %s%s", fast ? "fast lane, kv f16" : "exact lane, kv f32",
-                 fused ? "fused all-reduce" : "NCCL all-reduce", split_route ? ", split-K attention" : "");
+                 fused ? "fused all-reduce" : "NCCL all-reduce",
+                 split_route ? ", split-K attention" : route == ATTN_CLUSTER ? ", attention in clusters" : "");
         muser_token c1[64], cn[64];
         float *one = decode_all(m, 0, lane, kv, tokens, n, V, c1);
         float *tp = decode_all(m, gpus, lane, kv, tokens, n, V, cn);
@@ -263,6 +269,7 @@ static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, bool spli
         free(fed);
     }
     unsetenv("MUSER_CUDA_ATTN_SHORT");
+    unsetenv("MUSER_CUDA_ATTN_CLUSTER");
 }
 
 int main(int argc, char **argv) {
@@ -284,10 +291,10 @@ int main(int argc, char **argv) {
     printf("tensor parallel over %d GPU%s (nano-Q4_K_M, %d tokens of the fixture):\n", gpus, gpus == 1 ? "" : "s",
            fx.n < 48 ? fx.n : 48);
     if (splits(fx.model, gpus, "nano-Q4_K_M")) {
-        fixture_parity(&fx, gpus, true, false);
-        fixture_parity(&fx, gpus, true, true);
-        fixture_parity(&fx, gpus, false, false);
-        fixture_parity(&fx, gpus, false, true);
+        for (int route = ATTN_DEFAULT; route <= ATTN_CLUSTER; route++) {
+            fixture_parity(&fx, gpus, true, route);
+            fixture_parity(&fx, gpus, false, route);
+        }
     }
     tl_fixture_free(&fx);
     for (int fused = 1; fused >= 0; fused--) {

@@ -10,6 +10,7 @@
  * through the explicit origin (slot = phys_first + i, minus the capacity
  * past the end).
  */
+#include <cooperative_groups.h>
 #include <math.h>
 
 #include "cuda/cu_device.cuh"
@@ -479,7 +480,12 @@ extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s) 
  * are loaded before the wait, while the qkv launch finishes.
  * Then the scores, the block's softmax, P V by the four warps (a lane per
  * 4 dims), and the output divided, gated and quantized as the reducer does.
- * (The host routes here only steps whose spans are all short.) */
+ * (The host routes here only steps whose spans are all short.)
+ * CLUSTER: a cluster of C blocks per query head, block c taking the c-th
+ * run of ceil(n / C) rows, so that a span of up to C x 128 rows costs about
+ * what 128 rows cost one block; the blocks' (max, sum, unnormalized o) meet
+ * in rank 0 through distributed shared memory (no global round trip, no
+ * reducer launch). */
 /* q . k for an f16 K row held as 16 x 16 bytes. */
 __device__ __forceinline__ float dot_f16_row(const uint4 (&w)[16], const float *qs) {
     float acc = 0.f;
@@ -529,29 +535,39 @@ __device__ __forceinline__ float4 v_float(const uint4 w) {
 }
 
 #define AD_VR 16 /* V rows per warp per round */
-template <bool KVF32>
+template <bool KVF32, bool CLUSTER>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant__ mu_cu_attn_decode a) {
     __shared__ float qs[128], ks[128], vs[128], buf[2][128];
     __shared__ float sc[MU_CU_ATTN_SHORT_MAX];
     __shared__ float red[33];
     __shared__ __align__(16) float po[4][128];
+    __shared__ float part_o[CLUSTER ? 128 : 1], part_ml[2]; /* CLUSTER: this block's run, for rank 0 */
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     const mu_cu_qkv_post &qp = a.qp;
-    const int h = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int C = CLUSTER ? a.cluster : 1;
+    const int h = blockIdx.x / C, c = blockIdx.x % C, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int per_kv = qp.n_head / qp.n_head_kv, g = h / per_kv;
-    const bool writer = h % per_kv == 0;
+    const bool writer = h % per_kv == 0 && c == 0;
     /* the step's records (copied before the step's first launch) */
     const mu_cu_rec_layer lt = rec_layer(qp.recs, 0, qp.layer);
     const int64_t n = lt.n_visible, cap = a.at.capacity;
     if (n < 1 || n > a.short_max) __trap(); /* a route error: fail closed */
+    /* this block's rows: r0 .. r0 + nr - 1 of the span (all of it unless CLUSTER) */
+    int64_t r0 = 0, nr = n;
+    if (CLUSTER) {
+        const int64_t per = (n + C - 1) / C;
+        r0 = c * per < n ? c * per : n;
+        nr = (r0 + per < n ? r0 + per : n) - r0;
+    }
+    if (nr > MU_CU_ATTN_SHORT_MAX) __trap(); /* (the host keeps short_max <= C x that) */
     const int64_t row_elems = (int64_t)qp.n_head_kv * 128, col = (int64_t)g * 128;
     /* the cached rows' first round (f16 K: a row per thread in registers),
      * before the wait: no launch of this step writes them (the token's own
      * row, appended here, is the slot left out) */
     uint4 kw[16];
     bool k_in_regs = false;
-    if (!KVF32 && tid < n) {
-        const int64_t slot = row_slot(lt, tid, cap);
+    if (!KVF32 && tid < nr) {
+        const int64_t slot = row_slot(lt, r0 + tid, cap);
         if (slot != lt.slot) {
             const uint4 *p = reinterpret_cast<const uint4 *>((const uint16_t *)a.at.kc + slot * row_elems + col);
 #pragma unroll
@@ -564,8 +580,8 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
     for (int r = 0; r < AD_VR; r++) {
         const int64_t i = warp * AD_VR + r;
         vw[r] = make_uint4(0u, 0u, 0u, 0u);
-        if (i < n) {
-            const int64_t slot = row_slot(lt, i, cap);
+        if (i < nr) {
+            const int64_t slot = row_slot(lt, r0 + i, cap);
             if (slot != lt.slot) vw[r] = v_raw<KVF32>(a.at.vc, slot * row_elems + col + 4 * lane);
         }
     }
@@ -593,8 +609,8 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
     __syncthreads();
     /* scores, a thread per row */
     float mx = -INFINITY;
-    for (int64_t i = tid; i < n; i += 128) {
-        const int64_t slot = row_slot(lt, i, cap);
+    for (int64_t i = tid; i < nr; i += 128) {
+        const int64_t slot = row_slot(lt, r0 + i, cap);
         float d = 0.f;
         if (slot == lt.slot) {
 #pragma unroll 8
@@ -612,7 +628,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
     __syncthreads();
     const float M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
     float ls = 0.f;
-    for (int64_t i = tid; i < n; i += 128) {
+    for (int64_t i = tid; i < nr; i += 128) {
         const float p = exp2f(sc[i] - M);
         sc[i] = p;
         ls += p;
@@ -620,24 +636,24 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
     const float L = block_sum(ls, red); /* (its barriers also publish sc) */
     /* P V: rounds of 64 rows, 16 per warp, a lane per 4 dims */
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int64_t r0 = 0; r0 < n; r0 += 4 * AD_VR) {
-        if (r0 > 0) {
+    for (int64_t v0 = 0; v0 < nr; v0 += 4 * AD_VR) {
+        if (v0 > 0) {
 #pragma unroll
             for (int r = 0; r < AD_VR; r++) {
-                const int64_t i = r0 + warp * AD_VR + r;
+                const int64_t i = v0 + warp * AD_VR + r;
                 vw[r] = make_uint4(0u, 0u, 0u, 0u);
-                if (i < n) {
-                    const int64_t slot = row_slot(lt, i, cap);
+                if (i < nr) {
+                    const int64_t slot = row_slot(lt, r0 + i, cap);
                     if (slot != lt.slot) vw[r] = v_raw<KVF32>(a.at.vc, slot * row_elems + col + 4 * lane);
                 }
             }
         }
 #pragma unroll
         for (int r = 0; r < AD_VR; r++) {
-            const int64_t i = r0 + warp * AD_VR + r;
-            if (i >= n) break;
+            const int64_t i = v0 + warp * AD_VR + r;
+            if (i >= nr) break;
             const float p = sc[i];
-            const float4 v = row_slot(lt, i, cap) == lt.slot
+            const float4 v = row_slot(lt, r0 + i, cap) == lt.slot
                                  ? make_float4(vs[4 * lane], vs[4 * lane + 1], vs[4 * lane + 2], vs[4 * lane + 3])
                                  : v_float<KVF32>(vw[r]);
             acc.x += p * v.x;
@@ -649,7 +665,31 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
     reinterpret_cast<float4 *>(po[warp])[lane] = acc;
     __syncthreads();
     const int d = tid;
-    float o = (po[0][d] + po[1][d] + po[2][d] + po[3][d]) * (1.0f / L);
+    float o;
+    if constexpr (!CLUSTER) {
+        o = (po[0][d] + po[1][d] + po[2][d] + po[3][d]) * (1.0f / L);
+    } else {
+        /* the runs merged in rank 0 (an empty run: max -inf, weight 0);
+         * the second sync keeps every block's shared memory until rank 0
+         * has read it */
+        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+        part_o[d] = po[0][d] + po[1][d] + po[2][d] + po[3][d];
+        if (d == 0) part_ml[0] = nr > 0 ? M : -INFINITY, part_ml[1] = L;
+        cl.sync();
+        float Mx = -INFINITY, Ls = 0.f, O = 0.f;
+        if (c == 0) {
+            for (int k = 0; k < C; k++) Mx = fmaxf(Mx, cl.map_shared_rank(part_ml, k)[0]);
+            for (int k = 0; k < C; k++) {
+                const float *ml = cl.map_shared_rank(part_ml, k);
+                const float f = ml[0] == -INFINITY ? 0.f : exp2f(ml[0] - Mx);
+                Ls += f * ml[1];
+                O += f * cl.map_shared_rank(part_o, k)[d];
+            }
+        }
+        cl.sync();
+        if (c != 0) return;
+        o = O * (1.0f / Ls);
+    }
     if (a.rd.gate) o *= 1.0f / (1.0f + expf(-gv));
     const int64_t off = h * 128 + d;
     a.rd.out.x[off] = o;
@@ -661,8 +701,15 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
 }
 
 extern "C" cudaError_t mu_cu_attn_decode_launch(const mu_cu_attn_decode *a, cudaStream_t s) {
-    if (a->qp.T != 1 || a->short_max < 1 || a->short_max > MU_CU_ATTN_SHORT_MAX || a->qp.head_dim != 128)
+    const int C = a->cluster;
+    if (a->qp.T != 1 || C < 1 || C > MU_CU_ATTN_CLUSTER_MAX || a->short_max < 1 ||
+        a->short_max > C * MU_CU_ATTN_SHORT_MAX || a->qp.head_dim != 128)
         return cudaErrorInvalidValue;
-    if (a->qp.kv_f32) return launch_pdl(attn_decode_kernel<true>, dim3(a->qp.n_head), dim3(128), 0, s, *a);
-    return launch_pdl(attn_decode_kernel<false>, dim3(a->qp.n_head), dim3(128), 0, s, *a);
+    const dim3 grid(a->qp.n_head * C);
+    if (C > 1) {
+        if (a->qp.kv_f32) return launch_pdl_cluster(attn_decode_kernel<true, true>, grid, dim3(128), 0, s, C, *a);
+        return launch_pdl_cluster(attn_decode_kernel<false, true>, grid, dim3(128), 0, s, C, *a);
+    }
+    if (a->qp.kv_f32) return launch_pdl(attn_decode_kernel<true, false>, grid, dim3(128), 0, s, *a);
+    return launch_pdl(attn_decode_kernel<false, false>, grid, dim3(128), 0, s, *a);
 }

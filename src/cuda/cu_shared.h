@@ -288,17 +288,20 @@ typedef struct mu_cu_reduce {
 
 /* Decode (T = 1) of one layer's attention in one launch when its visible
  * span is short: QK-norm/RoPE/append, attention and the reducer's output
- * (divided, gated, int8) together, a block per query head, in place of
- * the three launches. The three structs are theirs (at's split fields and
+ * (divided, gated, int8) together, a block (or a cluster of blocks) per
+ * query head, in place of the three launches. The three structs are theirs (at's split fields and
  * rd's partials unused). The host routes a step here only when every
  * layer's span is at most short_max rows; a longer span traps (fails
  * closed) rather than compute a wrong answer. */
 #define MU_CU_ATTN_SHORT_MAX 512
+#define MU_CU_ATTN_CLUSTER_MAX 8 /* the portable cluster size */
 typedef struct mu_cu_attn_decode {
     mu_cu_qkv_post qp;
     mu_cu_attn at;
     mu_cu_reduce rd;
     int short_max;
+    int cluster;  /* blocks per query head (1 .. MU_CU_ATTN_CLUSTER_MAX), each a run of
+                     the span; short_max <= cluster x MU_CU_ATTN_SHORT_MAX */
 } mu_cu_attn_decode;
 
 /* ---- launch wrappers ----------------------------------------------------------------- */

@@ -89,14 +89,14 @@ typedef struct prof_state {
 
 typedef struct cu_weights cu_weights;
 
-enum { ROUTE_SPLIT = 0, ROUTE_SHORT = 1 };
+enum { ROUTE_SPLIT = 0, ROUTE_SHORT = 1, ROUTE_CLUSTER = 2, N_ROUTES = 3 };
 
 typedef struct cuda_backend {
     mu_backend base;
     const mu_model *m;
     mu_session_config cfg;
     int device;
-    char desc[512];
+    char desc[640];
     cudaStream_t stream;
     cublasHandle_t blas;
     bool fast, kv_f32, use_mma, use_graph, use_pdl;
@@ -145,15 +145,17 @@ typedef struct cuda_backend {
     float *h_logits;
     void *wtmp;
     size_t wtmp_bytes;
-    /* decode attention of spans up to this many rows in one launch
-     * (mu_cu_attn_decode; MUSER_CUDA_ATTN_SHORT, 0: off), and the route of
-     * the step fill_records prepared: ROUTE_SHORT when every layer's span
-     * fits, else ROUTE_SPLIT (QK-norm/RoPE/append, split-K, reducer) */
-    int attn_short;
+    /* decode attention of spans up to attn_short rows in one launch of a
+     * block per head (mu_cu_attn_decode; MUSER_CUDA_ATTN_SHORT, 0: off), up
+     * to attn_cluster_rows in one launch of a cluster of attn_cluster blocks
+     * per head (MUSER_CUDA_ATTN_CLUSTER, 0: off), and the route of the step
+     * fill_records prepared: ROUTE_SHORT or ROUTE_CLUSTER when every layer's
+     * span fits, else ROUTE_SPLIT (QK-norm/RoPE/append, split-K, reducer) */
+    int attn_short, attn_cluster_rows, attn_cluster;
     int route;
     /* graph: one per route */
-    cudaGraphExec_t graph[2];
-    bool graph_ready[2], graph_broken;
+    cudaGraphExec_t graph[N_ROUTES];
+    bool graph_ready[N_ROUTES], graph_broken;
     /* tensor parallel: a rank's Wo and down write partial sums, summed over
      * the ranks in their own tails (xr, the fused all-reduce) or by NCCL
      * between the parts of the step, then a residual/norm tail launch */
@@ -260,6 +262,19 @@ static int env_int(const char *name, int dflt) {
  * 128 rows the one launch wins (depth 72: 188.1 against 182.9 split). */
 #define MU_CUDA_ATTN_SHORT_DEFAULT 128
 static int attn_short_clamp(int n) { return n <= 0 ? 0 : n > MU_CU_ATTN_SHORT_MAX ? MU_CU_ATTN_SHORT_MAX : n; }
+
+/* The cluster route (decode spans past MUSER_CUDA_ATTN_SHORT, up to this
+ * many rows, in one launch of ceil(limit / 128) blocks a head; at most
+ * MU_CU_ATTN_CLUSTER_MAX x 128 rows). Measured on one H200 (one call, two
+ * rounds, spans d+1..d+33 at depth d, tok/s; split route / limit 256 (2
+ * blocks) / 512 (4) / 1024 (8)): depth 200 182.8 / 185.3 / 189.3 / 179.9,
+ * 450 183.2 / 183.1 / 184.5 / 177.8, 900 182.4 / - / - / 169.1: four blocks
+ * a head win up to 512 rows; clusters of eight lose everywhere. */
+#define MU_CUDA_ATTN_CLUSTER_DEFAULT 512
+static int attn_cluster_clamp(int n) {
+    return n <= 0 ? 0 : n > MU_CU_ATTN_CLUSTER_MAX * 128 ? MU_CU_ATTN_CLUSTER_MAX * 128 : n;
+}
+static int attn_cluster_blocks(int rows) { return rows <= 128 ? 2 : (rows + 127) / 128; }
 
 static int dalloc(void **p, size_t bytes, const char *what) {
     *p = NULL;
@@ -621,7 +636,10 @@ static int fill_records(cuda_backend *b, const muser_token *tokens, int T, int p
     }
     if (rc) memcpy(b->planes, backup, sizeof(mu_kv_plane) * (size_t)L);
     free(backup);
-    b->route = T == 1 && b->attn_short > 0 && widest <= b->attn_short ? ROUTE_SHORT : ROUTE_SPLIT;
+    b->route = T != 1                                                       ? ROUTE_SPLIT
+               : b->attn_short > 0 && widest <= b->attn_short               ? ROUTE_SHORT
+               : b->attn_cluster_rows > 0 && widest <= b->attn_cluster_rows ? ROUTE_CLUSTER
+                                                                            : ROUTE_SPLIT;
     return rc;
 }
 
@@ -744,7 +762,9 @@ static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, i
         d.qp = *fused;
         d.at = a;
         d.rd = r;
-        d.short_max = b->attn_short;
+        const bool cluster = b->route == ROUTE_CLUSTER;
+        d.short_max = cluster ? b->attn_cluster_rows : b->attn_short;
+        d.cluster = cluster ? b->attn_cluster : 1;
         RC(prof_mark(b, p, PF_ATTN));
         CU_CHECK(mu_cu_attn_decode_launch(&d, b->stream));
         return 0;
@@ -865,7 +885,7 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
     qp.parts = a.batch_parts;
     const bool skip = mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN; /* (timing experiments leave these out) */
-    if (!skip && b->route == ROUTE_SHORT) {
+    if (!skip && (b->route == ROUTE_SHORT || b->route == ROUTE_CLUSTER)) {
         RC(attention_at(b, b, l, 1, 0, recs_of(b), b->split_dec, p, false, b->fast, &qp, qp.parts));
     } else if (!skip) {
         RC(prof_mark(b, p, PF_QKPOST));
@@ -1359,7 +1379,7 @@ static void cuda_free(mu_backend *base) {
     if (!b) return;
     cudaSetDevice(b->device);
     if (b->stream) cudaStreamSynchronize(b->stream);
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < N_ROUTES; r++)
         if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
     if (b->wsh) { /* the weights go with their last session */
         weights_release(b->wsh);
@@ -1527,6 +1547,8 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     b->mv_occupancy = env_int("MUSER_CUDA_MV_OCCUPANCY", 0);
     mu_cu_set_matvec_occupancy(b->mv_occupancy);
     b->attn_short = attn_short_clamp(env_int("MUSER_CUDA_ATTN_SHORT", MU_CUDA_ATTN_SHORT_DEFAULT));
+    b->attn_cluster_rows = attn_cluster_clamp(env_int("MUSER_CUDA_ATTN_CLUSTER", MU_CUDA_ATTN_CLUSTER_DEFAULT));
+    b->attn_cluster = attn_cluster_blocks(b->attn_cluster_rows);
     b->T_max = cfg->n_batch;
     b->E = hp->n_embd;
     b->Q = (int64_t)hp->n_head * hp->head_dim;
@@ -1703,13 +1725,15 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     }
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s, weights %s, one-launch decode attention up to %d rows, decode norms %s, "
+             "prefill cache %s, weights %s, one-launch decode attention up to %d rows (%d in clusters of %d blocks), "
+             "decode norms %s, "
              "qkv row-dots %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
              b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions",
-             b->attn_short, b->norm_in ? "formed by their consumers" : "in the producers' tails",
+             b->attn_short, b->attn_cluster_rows, b->attn_cluster,
+             b->norm_in ? "formed by their consumers" : "in the producers' tails",
              b->batch_parts && b->fast ? "in batch parts where fewer rounds" : "whole");
     *out = b;
     return 0;
@@ -1751,7 +1775,7 @@ void mu_cuda_set_options(mu_backend *base, int use_graph, int use_pdl, int use_m
         mu_cu_set_matvec_occupancy(mv_occupancy);
     }
     /* a new capture picks up the options */
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < N_ROUTES; r++) {
         if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
         b->graph[r] = NULL;
         b->graph_ready[r] = false;
@@ -1974,10 +1998,10 @@ typedef struct tp_backend {
     bool fused;
     uint32_t *epoch[MU_TP_MAX_RANKS];
     char fuse_note[160];
-    cudaGraphExec_t graph[2][MU_TP_MAX_RANKS]; /* per route (the ranks' steps share it) */
-    bool use_graph, graph_ready[2], graph_broken, prof_on;
+    cudaGraphExec_t graph[N_ROUTES][MU_TP_MAX_RANKS]; /* per route (the ranks' steps share it) */
+    bool use_graph, graph_ready[N_ROUTES], graph_broken, prof_on;
     bool skip_reduce; /* MUSER_TP_SKIP_ALLREDUCE=1: timing lab only, wrong logits */
-    char desc[640];
+    char desc[768];
     char membw_what[256];
 } tp_backend;
 
@@ -2181,7 +2205,7 @@ static void tp_free(mu_backend *base) {
     for (int i = 0; i < t->n; i++) {
         if (!t->r[i]) continue;
         cudaSetDevice(t->r[i]->device);
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < N_ROUTES; r++)
             if (t->graph[r][i]) cudaGraphExecDestroy(t->graph[r][i]);
         if (t->epoch[i]) cudaFree(t->epoch[i]);
         if (t->sym_buf[i]) {
