@@ -70,7 +70,7 @@ enum { PF_EMBED, PF_QKVG, PF_QKPOST, PF_ATTN, PF_REDUCE, PF_WO, PF_GATEUP, PF_DO
 static const char *pf_names[PF_COUNT] = {"embed+norm",
                                          "qkv+gate matvec",
                                          "qk-norm+rope+kv",
-                                         "attention (split-K; short spans: all in one)",
+                                         "attention (split-K; short spans: one launch, clustered)",
                                          "attn reduce+gate",
                                          "wo (+resnorm tail)",
                                          "ffn gate/up+swiglu",
@@ -255,12 +255,15 @@ static int env_int(const char *name, int dflt) {
     return atoi(e);
 }
 
-/* Decode attention in one launch up to this span (mu_cu_attn_decode).
- * Measured on one H200 (b0f2d89, one call, two rounds, spans d+1..d+25 at
- * depth d, tok/s with the limit at 256 / 128): depth 104 187.9 / 187.3
- * (that span crosses 128), 136 181.6 / 182.1, 200 176.9 / 182.0; below
- * 128 rows the one launch wins (depth 72: 188.1 against 182.9 split). */
-#define MU_CUDA_ATTN_SHORT_DEFAULT 128
+/* Decode attention in one launch of a block per head up to this span
+ * (mu_cu_attn_decode). Measured on one H200 (b0f2d89, one call, two
+ * rounds, spans d+1..d+25 at depth d, tok/s with the limit at 256 / 128):
+ * depth 104 187.9 / 187.3 (that span crosses 128), 136 181.6 / 182.1, 200
+ * 176.9 / 182.0; below 128 rows the one block beats the split route (depth
+ * 72: 188.1 against 182.9). Against the cluster route (below; spans
+ * d+1..d+33, limit 128 / 64 / 32): depth 40 192.7 / 192.1 / 191.5, 72 188.8
+ * / 191.1 / 191.2, 104 188.4 / 190.9 / 191.1: clusters of four from 65. */
+#define MU_CUDA_ATTN_SHORT_DEFAULT 64
 static int attn_short_clamp(int n) { return n <= 0 ? 0 : n > MU_CU_ATTN_SHORT_MAX ? MU_CU_ATTN_SHORT_MAX : n; }
 
 /* The cluster route (decode spans past MUSER_CUDA_ATTN_SHORT, up to this
@@ -1723,16 +1726,19 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
         cuda_free(&b->base);
         return rc;
     }
+    char clusters[48] = "no clusters";
+    if (b->attn_cluster_rows > 0)
+        snprintf(clusters, sizeof clusters, "%d in clusters of %d blocks", b->attn_cluster_rows, b->attn_cluster);
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s, weights %s, one-launch decode attention up to %d rows (%d in clusters of %d blocks), "
+             "prefill cache %s, weights %s, one-launch decode attention up to %d rows (%s), "
              "decode norms %s, "
              "qkv row-dots %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
              b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions",
-             b->attn_short, b->attn_cluster_rows, b->attn_cluster,
+             b->attn_short, clusters,
              b->norm_in ? "formed by their consumers" : "in the producers' tails",
              b->batch_parts && b->fast ? "in batch parts where fewer rounds" : "whole");
     *out = b;
