@@ -705,11 +705,7 @@ extern "C" cudaError_t mu_cu_attn_decode_launch(const mu_cu_attn_decode *a, cuda
     if (a->qp.T != 1 || C < 1 || C > MU_CU_ATTN_CLUSTER_MAX || a->short_max < 1 ||
         a->short_max > C * MU_CU_ATTN_SHORT_MAX || a->qp.head_dim != 128)
         return cudaErrorInvalidValue;
-    const dim3 grid(a->qp.n_head * C);
-    if (C > 1) {
-        if (a->qp.kv_f32) return launch_pdl_cluster(attn_decode_kernel<true, true>, grid, dim3(128), 0, s, C, *a);
-        return launch_pdl_cluster(attn_decode_kernel<false, true>, grid, dim3(128), 0, s, C, *a);
-    }
-    if (a->qp.kv_f32) return launch_pdl(attn_decode_kernel<true, false>, grid, dim3(128), 0, s, *a);
-    return launch_pdl(attn_decode_kernel<false, false>, grid, dim3(128), 0, s, *a);
+    void (*kernel)(mu_cu_attn_decode) = a->qp.kv_f32 ? (C > 1 ? attn_decode_kernel<true, true> : attn_decode_kernel<true, false>)
+                                                      : (C > 1 ? attn_decode_kernel<false, true> : attn_decode_kernel<false, false>);
+    return launch_pdl_cluster(kernel, dim3(a->qp.n_head * C), dim3(128), 0, s, C, *a);
 }
