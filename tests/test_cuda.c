@@ -704,10 +704,13 @@ static void check_norm_in(muser_model *m, const int *tokens, int n, int V, const
         printf("  %-28s decode norms stay in the producers' tails (a consumer is not a K-quant launch)\n", name);
         return;
     }
+    /* (the attention formed in Wo's staging needs the norm-in boundaries: off in both) */
+    setenv("MUSER_CUDA_ATTN_WO", "0", 1);
     float *with = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
     setenv("MUSER_CUDA_NORM_IN", "0", 1);
     float *without = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
     unsetenv("MUSER_CUDA_NORM_IN");
+    unsetenv("MUSER_CUDA_ATTN_WO");
     if (with && without) {
         double dmax = 0;
         for (size_t i = 0; i < (size_t)n * V; i++) dmax = fmax(dmax, fabs((double)with[i] - without[i]));
@@ -716,6 +719,8 @@ static void check_norm_in(muser_model *m, const int *tokens, int n, int V, const
     }
     free(with), free(without);
 }
+
+static int g_attn_wo_fixtures; /* fixtures whose decode formed the attention in Wo's staging */
 
 static void test_fixture(const char *rel, bool local) {
     tl_fixture fx;
@@ -823,6 +828,60 @@ static void test_fixture(const char *rel, bool local) {
             free(ours);
         }
     }
+    /* the one-block route's attention formed in Wo's staging
+     * (MUSER_CUDA_ATTN_WO=1, where the model allows it: fast lane, f16 KV,
+     * K-quant Wo; off by default) against its own launch, every step up to
+     * 128 rows in it;
+     * llama.cpp's KL bounds both, and they agree to the f16 rounding of Q's
+     * parts and of P (the split route's arithmetic) */
+    float *wo_on = NULL, *wo_off = NULL;
+    for (int wo = 1; wo >= 0; wo--) {
+        setenv("MUSER_CUDA_ATTN_SHORT", "128", 1);
+        setenv("MUSER_CUDA_ATTN_CLUSTER", "0", 1);
+        setenv("MUSER_CUDA_ATTN_WO", wo ? "1" : "0", 1);
+        bool formed = false;
+        muser_session_params sp = muser_session_default_params();
+        sp.backend = MUSER_BACKEND_CUDA;
+        sp.lane = MUSER_LANE_FAST;
+        sp.n_ctx = 512;
+        muser_session *s = tl_session(m, &sp, "session");
+        if (s) {
+            mu_backend *be = mu_session_backend_of(s);
+            formed = strstr(be->ops->describe(be), "formed in Wo's staging") != NULL;
+            muser_session_free(s);
+        }
+        if (!wo) CHECKF(!formed, "%s: MUSER_CUDA_ATTN_WO=0 still forms the attention in Wo", rel);
+        float *ours = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
+        unsetenv("MUSER_CUDA_ATTN_SHORT");
+        unsetenv("MUSER_CUDA_ATTN_CLUSTER");
+        unsetenv("MUSER_CUDA_ATTN_WO");
+        if (!ours) continue;
+        if (wo && !formed) {
+            printf("  %-28s decode  attention stays a launch of its own (Wo is not a K-quant launch)\n", rel);
+            free(ours);
+            continue;
+        }
+        if (wo) g_attn_wo_fixtures++;
+        mu_parity r;
+        mu_parity_compare(exact, ours, n, V, &r);
+        printf("  %-28s decode  fast kv f16, attention up to 128 rows %s: max %.3g rms %.3g meanKL %.3g\n", rel,
+               wo ? "formed in Wo's staging" : "in its own launch", r.max_abs, r.rms, r.mean_kl);
+        CHECKF(r.mean_kl <= llama_vs_exact.mean_kl && r.top1_decisive == 1.0,
+               "%s decode fast, attention %s: mean KL %.3g (llama.cpp %.3g) decisive %.4f", rel,
+               wo ? "in Wo" : "own launch", r.mean_kl, llama_vs_exact.mean_kl, r.top1_decisive);
+        if (wo) wo_on = ours;
+        else wo_off = ours;
+    }
+    if (wo_on && wo_off) {
+        mu_parity r;
+        mu_parity_compare(wo_off, wo_on, n, V, &r);
+        printf("  %-28s decode  attention in Wo against its own launch: max %.3g rms %.3g meanKL %.3g\n", rel,
+               r.max_abs, r.rms, r.mean_kl);
+        CHECKF(r.mean_kl <= llama_vs_exact.mean_kl && r.top1_decisive == 1.0,
+               "%s: attention in Wo against its own launch: mean KL %.3g, decisive %.4f", rel, r.mean_kl,
+               r.top1_decisive);
+    }
+    free(wo_on), free(wo_off);
     check_norm_in(m, tokens, n, V, rel);
     check_decode_paths(m, tokens, 48, V, rel);
     check_checkpoint(m, tokens, 120, V, rel);
@@ -870,6 +929,7 @@ int main(void) {
     test_fixture("fixtures/nano/nano-Q6_K", false);
     test_fixture("fixtures/micro/micro-Q4_K_M", false);
     test_fixture("fixtures/nano/nano-f32", false);
+    CHECKF(g_attn_wo_fixtures > 0, "no fixture formed the decode attention in Wo's staging");
     return tl_finish("cuda");
 }
 

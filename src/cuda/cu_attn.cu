@@ -15,12 +15,6 @@
 
 #include "cuda/cu_device.cuh"
 
-__device__ __forceinline__ int64_t row_slot(const mu_cu_rec_layer &lt, int64_t i, int64_t capacity) {
-    int64_t s = (int64_t)lt.phys_first + i;
-    if (lt.route != MU_CU_ROUTE_CONTIGUOUS && s >= capacity) s -= capacity;
-    return s;
-}
-
 /* ---- QK-norm + RoPE + KV append -----------------------------------------------------------
  * One warp per head (query heads, then KV heads; qkv_post_head in
  * cu_device.cuh, shared with the decode matvec's fused epilogue). */
@@ -153,17 +147,6 @@ __global__ void __launch_bounds__(128) attn_f32_kernel(const __grid_constant__ m
  *   PV:   thread loads dims 16g..16g+15 of rows 2q, 2q+1, 2q+8, 2q+9; output
  *         column n of n-tile j is dim 16n + j, so a thread ends up owning
  *         dims 32q .. 32q+31 of heads g and g+8. */
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
 
 /* Head dim of logical k index (2q + e) (b0/a0/a1) in k-step s; +2 for b1/a2/a3. */
 __device__ __forceinline__ int qk_dim(int s, int q, int e) { return 8 * q + 32 * (s >> 1) + 4 * (s & 1) + e; }
@@ -178,11 +161,6 @@ __device__ __forceinline__ int qk_dim(int s, int q, int e) { return 8 * q + 32 *
 #define ATT_RING_CHUNKS 8
 #define ATT_RING_BYTES (2 * 4 * ATT_RING_CHUNKS * 32 * 16)
 
-/* 16 bytes global -> shared, asynchronous; zeros when !on (nothing read). */
-__device__ __forceinline__ void cp_async16(uint4 *dst, const void *src, bool on) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(on ? 16 : 0) : "memory");
-}
 
 __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ mu_cu_attn a) {
     extern __shared__ uint4 att_ring[];

@@ -89,6 +89,26 @@ __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefe
 /* silu(g) * u: the FFN's product, the same bits wherever it is formed */
 __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+/* D += A B on tensor cores: m16n8k16, f16 inputs, f32 accumulators (the
+ * fragment layouts of the PTX ISA's mma.m16n8k16). */
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* 16 bytes global -> shared, asynchronous; zeros when !on (nothing read). */
+__device__ __forceinline__ void cp_async16(uint4 *dst, const void *src, bool on) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(on ? 16 : 0) : "memory");
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(MU_FULL, v, o);
@@ -388,12 +408,23 @@ __device__ __forceinline__ const float *rec_rope(const mu_cu_recs &r, int t, int
            (int64_t)base_index * r.n_rot;
 }
 
+/* The physical slot of visible row i of a layer's span: contiguous spans
+ * by plain offsets, wrapped rings through the explicit origin. */
+__device__ __forceinline__ int64_t row_slot(const mu_cu_rec_layer &lt, int64_t i, int64_t capacity) {
+    int64_t s = (int64_t)lt.phys_first + i;
+    if (lt.route != MU_CU_ROUTE_CONTIGUOUS && s >= capacity) s -= capacity;
+    return s;
+}
+
 /* QK-norm + RoPE of one head of token t (hh < n_head: query head hh; else
  * KV head hh - n_head, and with_v: its raw V row into v) by one warp; lane
  * holds dims 4 lane .. 4 lane + 3 in x; buf: 128 floats of the warp's
- * shared memory. Inputs written by other blocks are read through L2. */
-__device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, int hh, float *buf, bool with_v,
-                                                float x[4], float4 &v) {
+ * shared memory. Inputs written by other blocks are read through L2.
+ * In two steps: the raw rows (every load that depends on the projections),
+ * then the norm and the rotation with the norm weights nw (NULL: none) and
+ * the position's cos/sin table cs (which a caller may have staged). */
+__device__ __forceinline__ void qkv_post_raw(const mu_cu_qkv_post &a, int t, int hh, bool with_v, float x[4],
+                                             float4 &v) {
     const int lane = threadIdx.x & 31;
     const bool isq = hh < a.n_head;
     const int head = isq ? hh : hh - a.n_head;
@@ -416,7 +447,10 @@ __device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, 
             v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
         }
     }
-    const float *nw = isq ? a.q_norm : a.k_norm;
+}
+__device__ __forceinline__ void qkv_post_finish(const mu_cu_qkv_post &a, float *buf, const float *nw, const float *cs,
+                                                float x[4]) {
+    const int lane = threadIdx.x & 31;
     if (nw) {
         const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);
         const float r = 1.0f / sqrtf(ss / 128.0f + a.eps);
@@ -424,7 +458,6 @@ __device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, 
         for (int j = 0; j < 4; j++) x[j] = (x[j] * r) * nw[4 * lane + j];
     }
     if (a.use_rope) {
-        const float *cs = rec_rope(a.recs, t, a.base_index);
         const int half = a.n_rot / 2;
         if (!a.neox) {
 #pragma unroll
@@ -457,6 +490,12 @@ __device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, 
             }
         }
     }
+}
+__device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, int hh, float *buf, bool with_v,
+                                                float x[4], float4 &v) {
+    qkv_post_raw(a, t, hh, with_v, x, v);
+    const bool isq = hh < a.n_head;
+    qkv_post_finish(a, buf, isq ? a.q_norm : a.k_norm, a.use_rope ? rec_rope(a.recs, t, a.base_index) : nullptr, x);
 }
 
 /* Stores what qkv_post_values computed: a query head into qn; a KV head

@@ -686,6 +686,8 @@ __device__ __noinline__ void kq_stage_norm(const mu_cu_norm_in &ni, int64_t cols
     warp_stage_stamp(srow, 13);
 }
 
+#include "cuda/cu_attn_in.cuh"
+
 /* The staged input of lane-block (b, c0). */
 template <uint32_t TYPE>
 __device__ __forceinline__ void kq_act_load(const uint8_t *sm, int nb, int b, int c0, kq_act &x) {
@@ -734,7 +736,8 @@ struct PolKQ {
     static constexpr bool NORM_IN = true; /* can form its input (QI 2: mu_cu_norm_in) */
     template <int Q>
     __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) {
-        if constexpr (Q == 2) kq_stage_norm(a.nin, a.seg[0].w.cols, sm, MUSER_LAB_STAMPS ? stage_row(a.stamp_id) : nullptr);
+        if constexpr (Q == 3) kq_stage_attn(a.ad, a.seg[0].w.cols, sm, a.lab);
+        else if constexpr (Q == 2) kq_stage_norm(a.nin, a.seg[0].w.cols, sm, MUSER_LAB_STAMPS ? stage_row(a.stamp_id) : nullptr);
         else kq_stage<Q == 1>(a.act, a.seg[0].w.cols, sm);
     }
 
@@ -975,8 +978,9 @@ __device__ __noinline__ void xrank_meet(const mu_cu_xrank &x, uint32_t epoch) {
 
 /* QI: how the fast lane's input is staged: 0 copied as int8, 1 quantized
  * from f32 (mu_cu_mv.quant_input), 2 formed from the residual and the
- * branch (mu_cu_mv.nin); a template parameter (the quantizing code in
- * every kernel spilled registers). */
+ * branch (mu_cu_mv.nin), 3 the decode attention (mu_cu_mv.attn_in,
+ * cu_attn_in.cuh); a template parameter (the quantizing code in every
+ * kernel spilled registers). */
 template <class P, int LANE, int EPI, int QI, int FLAT = 0>
 __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
     constexpr int NW = mv_warps<LANE>();
@@ -1098,6 +1102,9 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
             }
         }
     }
+    if constexpr (QI == 3 && LANE == MU_CU_LANE_FAST) /* the span's cached rows (written by no launch of the step) */
+        if (!(a.lab & (MU_CU_LAB_NO_STAGE | MU_CU_LAB_NO_STAGE_COPY)))
+            attn_in_preload(a.ad, attn_in_region(mv_smem, a.seg[0].w.cols), !(a.lab & MU_CU_LAB_ATTN_IN_NO_PRELOAD));
     pdl_wait(); /* the weights above are immutable; activations come after */
     if (MUSER_LAB_STAMPS) block_stage_stamp(stage_row(a.stamp_id), 2, true), block_stage_stamp(stage_row(a.stamp_id), 3);
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
@@ -1110,7 +1117,7 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
     }
 
-    constexpr unsigned no_stage_qi = QI == 2 ? MU_CU_LAB_NO_STAGE_NORM : QI == 1 ? MU_CU_LAB_NO_STAGE_QUANT : MU_CU_LAB_NO_STAGE_COPY;
+    constexpr unsigned no_stage_qi = QI == 2 ? MU_CU_LAB_NO_STAGE_NORM : QI == 1 ? MU_CU_LAB_NO_STAGE_QUANT : MU_CU_LAB_NO_STAGE_COPY; /* (QI 3: copy) */
     if (LANE == MU_CU_LANE_FAST && !(a.lab & (MU_CU_LAB_NO_STAGE | no_stage_qi))) {
         P::template stage<QI>(a, mv_smem);
         __syncthreads();
@@ -1437,13 +1444,18 @@ extern "C" int mu_cu_mv_batch_parts(const mu_cu_mv *a) {
     return 4 * split <= 3 * whole ? (int)batches : 1;
 }
 
+static int64_t mu_cu_attn_in_bytes(const mu_cu_mv *a) {
+    return mu_cu_attn_in_smem(a->ad.qp.n_head, a->ad.qp.n_head_kv, a->ad.short_max, mv_warps<MU_CU_LANE_FAST>()).total;
+}
+
 /* Shared memory of a launch: the staged input (fast lane). */
 static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
     if (a->lane != MU_CU_LANE_FAST) return 0;
     const int64_t cols = a->seg[0].w.cols;
     if (kq) /* + the groups' scales when quantizing or forming it, + the summed branch (then h') when forming it */
-        return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX) + (a->quant_input || a->nin.h ? (size_t)(cols / 16) * 8 : 0) +
-               (a->nin.h ? (size_t)cols * 4 : 0);
+        return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX) +
+               (a->quant_input || a->nin.h || a->attn_in ? (size_t)(cols / 16) * 8 : 0) + (a->nin.h ? (size_t)cols * 4 : 0) +
+               (a->attn_in ? (size_t)mu_cu_attn_in_bytes(a) : 0);
     return (size_t)((cols + 15) & ~15) + (size_t)cols / 2;
 }
 
@@ -1517,7 +1529,7 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
     const int64_t max_w = (int64_t)sms[dev] * per_sm * NW;
     /* flat ranges are cut over the warps the tests' grid cap leaves */
     const int64_t cap_w = g_grid_cap > 0 && max_w > (int64_t)g_grid_cap * NW ? (int64_t)g_grid_cap * NW : max_w;
-    if constexpr (!FLAT && P::FLAT_OK && LANE == MU_CU_LANE_FAST && EPI == MU_CU_EPI_GATEUP) {
+    if constexpr (!FLAT && P::FLAT_OK && LANE == MU_CU_LANE_FAST && EPI == MU_CU_EPI_GATEUP && QI != 3) {
         /* flat batches over every warp that fits, when a row has a batch or
          * more, a warp's range fits its gate sums, and the most batches a
          * warp streams drop by an eighth at least. Measured (same call): a
@@ -1531,7 +1543,7 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
         if (nb >= P::PER_BATCH && range <= MV_FLAT_ROWS && !(in->lab & MU_CU_LAB_NO_FLAT) && (force || 8 * flat <= 7 * whole))
             return launch_mv<P, LANE, EPI, QI, 1>(in, jobs, stage, s);
     }
-    if constexpr (!FLAT && P::CUT_OK && LANE == MU_CU_LANE_FAST && EPI == MU_CU_EPI_STORE) {
+    if constexpr (!FLAT && P::CUT_OK && LANE == MU_CU_LANE_FAST && EPI == MU_CU_EPI_STORE && QI != 3) {
         /* qkv + gate (one GPU), down's rank part; Wo's rows are one batch
          * (nothing to gain: whole rows stay) */
         mu_cu_mv c = *in;
@@ -1566,6 +1578,9 @@ static cudaError_t launch_packed(const mu_cu_mv *a, int64_t jobs, size_t smem, c
 
 template <class P, int LANE>
 static cudaError_t launch_epi(const mu_cu_mv *a, int64_t jobs, size_t smem, cudaStream_t s) {
+    if constexpr (LANE == MU_CU_LANE_FAST && P::NORM_IN)
+        if (a->attn_in) /* Wo forming its input from the decode attention */
+            return a->epi == MU_CU_EPI_STORE ? launch_mv<P, LANE, MU_CU_EPI_STORE, 3>(a, jobs, smem, s) : cudaErrorInvalidValue;
     if constexpr (LANE == MU_CU_LANE_FAST && P::NORM_IN)
         if (a->nin.h) { /* the consumers of a residual/norm boundary: gate/up, qkv, the LM head */
             if (a->epi == MU_CU_EPI_GATEUP) return launch_mv<P, LANE, MU_CU_EPI_GATEUP, 2>(a, jobs, smem, s);
@@ -1620,6 +1635,14 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     }
     /* norm-in staging: fast-lane K-quants only (fails closed) */
     if (a.nin.h && (a.lane != MU_CU_LANE_FAST || !all_k || a.quant_input)) return cudaErrorInvalidValue;
+    /* attention-in staging: a fast-lane K-quant STORE of the decode attention's width */
+    if (a.attn_in && (a.lane != MU_CU_LANE_FAST || !all_k || !same || a.epi != MU_CU_EPI_STORE || a.nin.h ||
+                      a.quant_input || a.batch_parts > 1 || a.ad.qp.T != 1 || a.ad.qp.head_dim != 128 ||
+                      a.ad.qp.n_head_kv < 1 || a.ad.qp.n_head_kv > mv_warps<MU_CU_LANE_FAST>() || a.ad.qp.n_rot > 128 ||
+                      a.ad.qp.n_head % a.ad.qp.n_head_kv ||
+                      a.ad.qp.n_head / a.ad.qp.n_head_kv > 16 || a.ad.qp.kv_f32 || a.ad.short_max < 1 ||
+                      a.ad.short_max > MU_CU_ATTN_IN_MAX || a.seg[0].w.cols != (int64_t)a.ad.qp.n_head * 128))
+        return cudaErrorInvalidValue;
     const uint32_t type = a.seg[0].w.type;
     a.parts = 1;
     if (a.batch_parts > 1) {
@@ -1641,7 +1664,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     const int64_t plen = all_k ? a.seg[0].w.cols / 256 / a.parts : 0;
     a.pack = 1;
     if (all_k && (a.epi == MU_CU_EPI_STORE || a.epi == MU_CU_EPI_RESNORM) && plen <= 8 && 16 % plen == 0 &&
-        !a.nin.h && !(a.lab & MU_CU_LAB_NO_PACK)) {
+        !a.nin.h && !a.attn_in && !(a.lab & MU_CU_LAB_NO_PACK)) {
         a.pack = (int)(16 / plen);
         jobs = (jobs + a.pack - 1) / a.pack;
     }

@@ -207,52 +207,6 @@ typedef struct mu_cu_norm_in {
     float eps_post, eps_next;
 } mu_cu_norm_in;
 
-typedef struct mu_cu_mv_seg {
-    mu_cu_weight w;
-    float *y;
-} mu_cu_mv_seg;
-
-typedef struct mu_cu_mv {
-    mu_cu_mv_seg seg[MU_CU_MAX_SEG];
-    int nseg;
-    int lane;
-    int epi;
-    mu_cu_act act;
-    int64_t rows_total;    /* set by mu_cu_matvec                          */
-    int prefetch;          /* set by mu_cu_matvec: prefetch before the wait (see below) */
-    unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
-    int stamp_id;          /* set by mu_cu_matvec: the launch's stage-stamp row, -1: none */
-    int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
-                              (y holds parts x rows partial sums)          */
-    int pack;              /* set by mu_cu_matvec: K-quant row-dots per batch (short rows) */
-    int even_rounds;       /* grid: the fewest warps that keep the number of rounds, so every
-                              warp gets as many row-dots (0: every warp that fits; the last
-                              round then partial) */
-    int split_parts;       /* STORE of one matrix: rows split in K parts as RESNORM
-                              (a norm-in consumer sums them)                */
-    int batch_parts;       /* STORE, fast lane, K-quants: row-dots in this many parts of
-                              one batch (mu_cu_mv_batch_parts; 0 or 1: whole) */
-    int cut_b0[MU_CU_MAX_SEG + 1]; /* set by launch_mv for cut ranges (mv_kernel, FLAT 2):
-                              segment i's blocks are [cut_b0[i], cut_b0[i + 1]) */
-    mu_cu_norm_in nin;     /* nin.h set: the input is formed while staging (fast-lane
-                              K-quants; act unused)                         */
-    int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
-                              while it is staged (act.q, act.ds unused); the
-                              producer (gate/up) then stores f32 only      */
-    /* GATEUP */
-    mu_cu_normout gu;
-    unsigned int *group_count; /* [rows/16], zero; each group's last writer quantizes it and re-zeroes */
-    /* RESNORM */
-    mu_cu_resnorm rn;
-    unsigned int *counter; /* zero before the launch; the last block re-zeroes it */
-    /* LOGITS */
-    float logit_scale, softcap;
-    unsigned long long *best;  /* packed (ordered key, ~index), zeroed by the embed kernel */
-    const mu_cu_rec_hdr *hdr;  /* temperature and seed of the step                     */
-    int64_t vocab0;            /* global index of row 0 (a tensor-parallel rank's slice) */
-    uint64_t step;
-} mu_cu_mv;
-
 /* ---- attention ------------------------------------------------------------------- */
 typedef struct mu_cu_attn {
     int T, layer;
@@ -304,6 +258,88 @@ typedef struct mu_cu_attn_decode {
                      the span; short_max <= cluster x MU_CU_ATTN_SHORT_MAX */
 } mu_cu_attn_decode;
 
+/* Decode attention formed in Wo's staging (mu_cu_mv.attn_in; fast lane,
+ * f16 KV, K-quant Wo, one GPU): every block of the Wo launch computes all
+ * heads of the token's attention over a short span (QK-norm/RoPE of the
+ * token, tensor-core Q K^T and P V over the cached rows copied into shared
+ * memory before the wait, the gate, the int8 groups) and stages the result
+ * as its input, in place of the attention launch and Wo's int8 copy.
+ * Block 0 appends K and V. Shared memory past the staged input and the
+ * groups' scales, per the layout below: rows = the span's tile rows (the
+ * route's limit rounded up to 16). */
+#define MU_CU_ATTN_IN_MAX 128 /* rows (the tiles' limit) */
+#define MU_CU_ATTN_IN_ROW 272 /* bytes per tile row of 128 f16: 16 of padding, no bank conflicts */
+MU_CU_HD static inline int mu_cu_attn_in_rows(int short_max) { return (short_max + 15) & ~15; }
+typedef struct mu_cu_attn_in_layout {
+    int k, v, qh, ql, p, s, l, o, g, w, a, total; /* byte offsets into the region, and its size */
+} mu_cu_attn_in_layout;
+MU_CU_HD static inline mu_cu_attn_in_layout mu_cu_attn_in_smem(int n_head, int n_head_kv, int short_max, int warps) {
+    const int nr = mu_cu_attn_in_rows(short_max), kv = n_head_kv;
+    mu_cu_attn_in_layout L;
+    L.k = 0;
+    L.v = L.k + kv * nr * MU_CU_ATTN_IN_ROW;
+    L.qh = L.v + kv * nr * MU_CU_ATTN_IN_ROW;   /* Q in log2 units, f16 hi part: [kv][16][136] */
+    L.ql = L.qh + kv * 16 * MU_CU_ATTN_IN_ROW;  /* and the lo part                             */
+    L.p = L.ql + kv * 16 * MU_CU_ATTN_IN_ROW;   /* softmax weights f16: [kv][16][rows + 8]      */
+    L.s = L.p + kv * 16 * (nr + 8) * 2;         /* scores f32: [n_head][rows]                   */
+    L.l = L.s + n_head * nr * 4;                /* softmax sums: [n_head]                       */
+    L.o = L.l + (n_head * 4 + 15) / 16 * 16;    /* output f32 [n_head][128]; first the warps' scratch */
+    L.g = L.o + (n_head > warps ? n_head : warps) * 128 * 4; /* the sigmoid gate [n_head][128] */
+    L.w = L.g + n_head * 128 * 4;               /* the QK-norm weights (q, k) and the cos/sin table: 3 x 128 f32 */
+    L.a = L.w + 3 * 128 * 4;                    /* the launch's mu_cu_attn_decode and the span's rows (int) */
+    L.total = L.a + (int)((sizeof(mu_cu_attn_decode) + 15) / 16 * 16) + 16;
+    return L;
+}
+
+typedef struct mu_cu_mv_seg {
+    mu_cu_weight w;
+    float *y;
+} mu_cu_mv_seg;
+
+typedef struct mu_cu_mv {
+    mu_cu_mv_seg seg[MU_CU_MAX_SEG];
+    int nseg;
+    int lane;
+    int epi;
+    mu_cu_act act;
+    int64_t rows_total;    /* set by mu_cu_matvec                          */
+    int prefetch;          /* set by mu_cu_matvec: prefetch before the wait (see below) */
+    unsigned lab;          /* set by mu_cu_matvec: MU_CU_LAB_* */
+    int stamp_id;          /* set by mu_cu_matvec: the launch's stage-stamp row, -1: none */
+    int parts;             /* set by mu_cu_matvec: RESNORM rows split in K parts
+                              (y holds parts x rows partial sums)          */
+    int pack;              /* set by mu_cu_matvec: K-quant row-dots per batch (short rows) */
+    int even_rounds;       /* grid: the fewest warps that keep the number of rounds, so every
+                              warp gets as many row-dots (0: every warp that fits; the last
+                              round then partial) */
+    int split_parts;       /* STORE of one matrix: rows split in K parts as RESNORM
+                              (a norm-in consumer sums them)                */
+    int batch_parts;       /* STORE, fast lane, K-quants: row-dots in this many parts of
+                              one batch (mu_cu_mv_batch_parts; 0 or 1: whole) */
+    int cut_b0[MU_CU_MAX_SEG + 1]; /* set by launch_mv for cut ranges (mv_kernel, FLAT 2):
+                              segment i's blocks are [cut_b0[i], cut_b0[i + 1]) */
+    int attn_in;           /* STORE, fast lane, K-quants: the input is the decode attention
+                              of ad, formed while staging (mu_cu_attn_in_smem; act unused) */
+    mu_cu_attn_decode ad;
+    mu_cu_norm_in nin;     /* nin.h set: the input is formed while staging (fast-lane
+                              K-quants; act unused)                         */
+    int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
+                              while it is staged (act.q, act.ds unused); the
+                              producer (gate/up) then stores f32 only      */
+    /* GATEUP */
+    mu_cu_normout gu;
+    unsigned int *group_count; /* [rows/16], zero; each group's last writer quantizes it and re-zeroes */
+    /* RESNORM */
+    mu_cu_resnorm rn;
+    unsigned int *counter; /* zero before the launch; the last block re-zeroes it */
+    /* LOGITS */
+    float logit_scale, softcap;
+    unsigned long long *best;  /* packed (ordered key, ~index), zeroed by the embed kernel */
+    const mu_cu_rec_hdr *hdr;  /* temperature and seed of the step                     */
+    int64_t vocab0;            /* global index of row 0 (a tensor-parallel rank's slice) */
+    uint64_t step;
+} mu_cu_mv;
+
 /* ---- launch wrappers ----------------------------------------------------------------- */
 void mu_cu_set_pdl(bool on);
 bool mu_cu_get_pdl(void);
@@ -337,6 +373,9 @@ enum {
     MU_CU_LAB_NO_NORM_W_L1 = 32768,    /* norm-in: no L1 prefetch of the norm weights before the wait */
     MU_CU_LAB_NO_CUT = 65536,          /* STORE: whole rows per warp, not ranges cut inside rows (mv_kernel) */
     MU_CU_LAB_CUT = 131072,            /* STORE: cut ranges wherever they can run (tests) */
+    MU_CU_LAB_ATTN_IN_NO_PRELOAD = 262144, /* timing: attention in Wo without the cached rows' copy */
+    MU_CU_LAB_ATTN_IN_NO_HEADS = 524288,   /* timing: ... without the heads' norm/rope (phase 1) */
+    MU_CU_LAB_ATTN_IN_NO_MMA = 1048576,    /* timing: ... without the scores, softmax and P V */
 };
 /* Stage stamps: a row per matvec launch captured since
  * mu_cu_lab_stage_stamps_begin (the ids are fixed at capture), columns

@@ -152,6 +152,11 @@ typedef struct cuda_backend {
      * fill_records prepared: ROUTE_SHORT or ROUTE_CLUSTER when every layer's
      * span fits, else ROUTE_SPLIT (QK-norm/RoPE/append, split-K, reducer) */
     int attn_short, attn_cluster_rows, attn_cluster;
+    /* the one-block route's attention formed in Wo's staging instead of a
+     * launch of its own (mu_cu_mv.attn_in; MUSER_CUDA_ATTN_WO, 0: off),
+     * where the model allows it (attn_in_wo) */
+    int attn_wo; /* (default off: measured slower) */
+    int smem_optin; /* shared memory a block may opt in to */
     int route;
     /* graph: one per route */
     cudaGraphExec_t graph[N_ROUTES];
@@ -278,6 +283,8 @@ static int attn_cluster_clamp(int n) {
     return n <= 0 ? 0 : n > MU_CU_ATTN_CLUSTER_MAX * 128 ? MU_CU_ATTN_CLUSTER_MAX * 128 : n;
 }
 static int attn_cluster_blocks(int rows) { return rows <= 128 ? 2 : (rows + 127) / 128; }
+
+static bool is_kq_type(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
 
 static int dalloc(void **p, size_t bytes, const char *what) {
     *p = NULL;
@@ -712,14 +719,9 @@ static mu_cu_qkv_post qkv_post_of(const cuda_backend *b, int l, int T) {
     return a;
 }
 
-/* Split-K attention of T query rows starting at row `row` of b's
- * activations over kv's cache of layer l (kv is b itself, or the session
- * of that row in a batched step), then the merge + gate into o (o16; the
- * int8 copy when quant_out). fused (decode, b->attn_short > 0): the
- * QK-norm/RoPE/append of the token, done by mu_cu_attn_decode_launch
- * with the whole attention of spans up to b->attn_short rows. */
-static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
-                        prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts) {
+/* The split-K attention's and the reducer's arguments (attention_at). */
+static void attn_structs(const cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs,
+                         int cap, bool f16_out, bool quant_out, int gate_parts, mu_cu_attn *ap, mu_cu_reduce *rp) {
     const mu_hparams *hp = &b->m->hp;
     const int64_t off = row * b->Q;
     mu_cu_attn a;
@@ -760,14 +762,59 @@ static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, i
     r.out.h = f16_out ? b->o16 + off : NULL;
     r.out_stride = b->Q;
     r.recs = recs;
+    *ap = a;
+    *rp = r;
+}
+
+/* The decode step's attention in one launch (the short and cluster
+ * routes), or formed in Wo's staging (the short route). */
+static mu_cu_attn_decode attn_decode_of(const cuda_backend *b, int l, const mu_cu_qkv_post *qp, bool quant_out) {
+    mu_cu_attn_decode d;
+    memset(&d, 0, sizeof d);
+    attn_structs(b, b, l, 1, 0, recs_of(b), b->split_dec, false, quant_out, qp->parts, &d.at, &d.rd);
+    d.qp = *qp;
+    const bool cluster = b->route == ROUTE_CLUSTER;
+    d.short_max = cluster ? b->attn_cluster_rows : b->attn_short;
+    d.cluster = cluster ? b->attn_cluster : 1;
+    return d;
+}
+
+/* Whether layer l's short-route attention is formed in Wo's staging: the
+ * fast lane's tensor-core arithmetic over f16 KV, Wo a K-quant STORE of a
+ * norm-in boundary (one GPU), tiles that fit shared memory. Off unless
+ * MUSER_CUDA_ATTN_WO=1: measured on one H200 (same call, depth 0) 174.5
+ * tok/s against 191.8 with the attention's own launch. Leaving its parts
+ * out (timing flags, results wrong): no staging at all 203.4, without the
+ * heads' norm/rope 185.0, without the scores/softmax/P V 181.4, without
+ * both 192.3: the launch it saves is worth about 5%, but its serial phases
+ * in 1024-thread blocks cost about 16 us a layer (docs/cuda-notes.md,
+ * version 20). */
+static bool attn_in_wo(const cuda_backend *b, int l) {
+    const mu_hparams *hp = &b->m->hp;
+    const mu_cu_weight *wo = &b->layers[l].wo;
+    if (!b->attn_wo || !b->fast || b->kv_f32 || !b->use_mma || !b->norm_in || b->tp || hp->head_dim != 128 ||
+        hp->n_head_kv < 1 || hp->n_head_kv > 32 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > 16 ||
+        hp->n_rot > 128 ||
+        b->attn_short < 1 || b->attn_short > MU_CU_ATTN_IN_MAX || !is_kq_type(wo->type) || wo->cols != b->Q)
+        return false;
+    const int64_t stage = wo->cols / 256 * (272 + 144) + wo->cols / 2; /* cu_kernels.cu: KQ_XQ + KQ_AUX, the groups */
+    const int64_t need = stage + mu_cu_attn_in_smem(hp->n_head, hp->n_head_kv, b->attn_short, 32).total;
+    return need + 4096 <= b->smem_optin; /* (the kernel's static shared memory) */
+}
+
+/* Split-K attention of T query rows starting at row `row` of b's
+ * activations over kv's cache of layer l (kv is b itself, or the session
+ * of that row in a batched step), then the merge + gate into o (o16; the
+ * int8 copy when quant_out). fused (decode, the short and cluster
+ * routes): the QK-norm/RoPE/append of the token and the whole attention
+ * in one launch (mu_cu_attn_decode_launch). */
+static int attention_at(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
+                        prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts) {
+    mu_cu_attn a;
+    mu_cu_reduce r;
+    attn_structs(b, kv, l, T, row, recs, cap, f16_out, quant_out, gate_parts, &a, &r);
     if (fused) { /* the whole short span in one launch */
-        mu_cu_attn_decode d;
-        d.qp = *fused;
-        d.at = a;
-        d.rd = r;
-        const bool cluster = b->route == ROUTE_CLUSTER;
-        d.short_max = cluster ? b->attn_cluster_rows : b->attn_short;
-        d.cluster = cluster ? b->attn_cluster : 1;
+        const mu_cu_attn_decode d = attn_decode_of(b, l, fused, quant_out);
         RC(prof_mark(b, p, PF_ATTN));
         CU_CHECK(mu_cu_attn_decode_launch(&d, b->stream));
         return 0;
@@ -888,7 +935,10 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     mu_cu_qkv_post qp = qkv_post_of(b, l, 1);
     qp.parts = a.batch_parts;
     const bool skip = mu_cu_get_matvec_lab() & MU_CU_LAB_SKIP_ATTN; /* (timing experiments leave these out) */
-    if (!skip && (b->route == ROUTE_SHORT || b->route == ROUTE_CLUSTER)) {
+    const bool in_wo = !skip && b->route == ROUTE_SHORT && attn_in_wo(b, l);
+    if (in_wo) {
+        /* formed by Wo's blocks below */
+    } else if (!skip && (b->route == ROUTE_SHORT || b->route == ROUTE_CLUSTER)) {
         RC(attention_at(b, b, l, 1, 0, recs_of(b), b->split_dec, p, false, b->fast, &qp, qp.parts));
     } else if (!skip) {
         RC(prof_mark(b, p, PF_QKPOST));
@@ -899,6 +949,10 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     mv_init(&a, b, (b->tp && !b->xr.n) || b->norm_in ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
             act_of(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
     mv_seg(&a, &D->wo, b->t);
+    if (in_wo) {
+        a.attn_in = 1;
+        a.ad = attn_decode_of(b, l, &qp, false);
+    }
     if (b->norm_in) { /* the parts in t; gate/up forms its input from them */
         a.split_parts = 1;
         RC(prof_mark(b, p, PF_WO));
@@ -1552,6 +1606,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     b->attn_short = attn_short_clamp(env_int("MUSER_CUDA_ATTN_SHORT", MU_CUDA_ATTN_SHORT_DEFAULT));
     b->attn_cluster_rows = attn_cluster_clamp(env_int("MUSER_CUDA_ATTN_CLUSTER", MU_CUDA_ATTN_CLUSTER_DEFAULT));
     b->attn_cluster = attn_cluster_blocks(b->attn_cluster_rows);
+    b->attn_wo = env_int("MUSER_CUDA_ATTN_WO", 0) != 0; /* (off: measured slower, see attn_in_wo) */
     b->T_max = cfg->n_batch;
     b->E = hp->n_embd;
     b->Q = (int64_t)hp->n_head * hp->head_dim;
@@ -1581,6 +1636,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     memset(&prop, 0, sizeof prop);
     TRY(cudaGetDeviceProperties(&prop, device) == cudaSuccess ? 0
                                                               : mu_fail(MUSER_EBACKEND, "cannot query GPU %d", device));
+    b->smem_optin = (int)prop.sharedMemPerBlockOptin;
     TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking) == cudaSuccess
             ? 0 : mu_fail(MUSER_EBACKEND, "cannot create a CUDA stream"));
     TRY(cublasCreate(&b->blas) == CUBLAS_STATUS_SUCCESS ? 0 : mu_fail(MUSER_EBACKEND, "cannot initialize cuBLAS"));
@@ -1731,14 +1787,14 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
         snprintf(clusters, sizeof clusters, "%d in clusters of %d blocks", b->attn_cluster_rows, b->attn_cluster);
     snprintf(b->desc, sizeof b->desc,
              "%.200s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, attention %s, graph %s, PDL %s, matvec blocks/SM %d, "
-             "prefill cache %s, weights %s, one-launch decode attention up to %d rows (%s), "
+             "prefill cache %s, weights %s, one-launch decode attention up to %d rows%s (%s), "
              "decode norms %s, "
              "qkv row-dots %s",
              prop.name, prop.totalGlobalMem / 1e9, prop.major, prop.minor, prop.multiProcessorCount,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->use_mma && !b->kv_f32 ? "tensor cores" : "f32", b->use_graph ? "on" : "off", b->use_pdl ? "on" : "off",
              b->mv_occupancy, b->f16bytes ? "on" : "off", tp ? "this rank's" : "shared by the model's sessions",
-             b->attn_short, clusters,
+             b->attn_short, attn_in_wo(b, 0) ? ", formed in Wo's staging" : "", clusters,
              b->norm_in ? "formed by their consumers" : "in the producers' tails",
              b->batch_parts && b->fast ? "in batch parts where fewer rounds" : "whole");
     *out = b;
