@@ -1444,18 +1444,19 @@ extern "C" int mu_cu_mv_batch_parts(const mu_cu_mv *a) {
     return 4 * split <= 3 * whole ? (int)batches : 1;
 }
 
-static int64_t mu_cu_attn_in_bytes(const mu_cu_mv *a) {
-    return mu_cu_attn_in_smem(a->ad.qp.n_head, a->ad.qp.n_head_kv, a->ad.short_max, mv_warps<MU_CU_LANE_FAST>()).total;
+extern "C" size_t mu_cu_attn_in_launch_smem(int64_t cols, int n_head, int n_head_kv, int short_max) {
+    return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX) + (size_t)(cols / 16) * 8 +
+           (size_t)mu_cu_attn_in_smem(n_head, n_head_kv, short_max, mv_warps<MU_CU_LANE_FAST>()).total;
 }
 
 /* Shared memory of a launch: the staged input (fast lane). */
 static size_t stage_bytes_host(const mu_cu_mv *a, bool kq) {
     if (a->lane != MU_CU_LANE_FAST) return 0;
     const int64_t cols = a->seg[0].w.cols;
+    if (kq && a->attn_in) return mu_cu_attn_in_launch_smem(cols, a->ad.qp.n_head, a->ad.qp.n_head_kv, a->ad.short_max);
     if (kq) /* + the groups' scales when quantizing or forming it, + the summed branch (then h') when forming it */
-        return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX) +
-               (a->quant_input || a->nin.h || a->attn_in ? (size_t)(cols / 16) * 8 : 0) + (a->nin.h ? (size_t)cols * 4 : 0) +
-               (a->attn_in ? (size_t)mu_cu_attn_in_bytes(a) : 0);
+        return (size_t)(cols / 256) * (KQ_XQ + KQ_AUX) + (a->quant_input || a->nin.h ? (size_t)(cols / 16) * 8 : 0) +
+               (a->nin.h ? (size_t)cols * 4 : 0);
     return (size_t)((cols + 15) & ~15) + (size_t)cols / 2;
 }
 

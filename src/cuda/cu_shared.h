@@ -57,6 +57,9 @@ typedef struct mu_cu_layout {
 bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, mu_cu_layout *out);
 /* 16-byte units of the bulk stream per row (every format: qs row bytes / 16). */
 int32_t mu_cu_units(uint32_t type, int64_t cols);
+/* Dynamic shared memory of a Wo launch forming the decode attention
+ * (mu_cu_mv.attn_in): the staged input, the groups' scales, the region. */
+size_t mu_cu_attn_in_launch_smem(int64_t cols, int n_head, int n_head_kv, int short_max);
 /* Parts a long row of a one-matrix RESNORM launch (ffn down) is split into,
  * so that every warp streams about the same bytes; the tail adds the parts'
  * partial sums in order (deterministic). */

@@ -797,9 +797,8 @@ static bool attn_in_wo(const cuda_backend *b, int l) {
         hp->n_rot > 128 ||
         b->attn_short < 1 || b->attn_short > MU_CU_ATTN_IN_MAX || !is_kq_type(wo->type) || wo->cols != b->Q)
         return false;
-    const int64_t stage = wo->cols / 256 * (272 + 144) + wo->cols / 2; /* cu_kernels.cu: KQ_XQ + KQ_AUX, the groups */
-    const int64_t need = stage + mu_cu_attn_in_smem(hp->n_head, hp->n_head_kv, b->attn_short, 32).total;
-    return need + 4096 <= b->smem_optin; /* (the kernel's static shared memory) */
+    const size_t need = mu_cu_attn_in_launch_smem(wo->cols, hp->n_head, hp->n_head_kv, b->attn_short);
+    return need + 4096 <= (size_t)b->smem_optin; /* (the kernel's static shared memory) */
 }
 
 /* Split-K attention of T query rows starting at row `row` of b's
