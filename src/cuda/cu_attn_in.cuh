@@ -43,7 +43,7 @@ __device__ __noinline__ void attn_in_preload(const mu_cu_attn_decode &ad, uint8_
      * generic window */
     for (int i = threadIdx.x; i < (int)(sizeof(mu_cu_attn_decode) / 4); i += blockDim.x)
         reinterpret_cast<uint32_t *>(reg + Lo.a)[i] = reinterpret_cast<const uint32_t *>(&ad)[i];
-    if (threadIdx.x == 0) *reinterpret_cast<int *>(reg + Lo.a + (int)((sizeof(mu_cu_attn_decode) + 15) / 16 * 16)) = (int)n;
+    if (threadIdx.x == 0) *reinterpret_cast<int *>(reg + Lo.n) = (int)n;
     if (!rows) n = 0; /* (timing: no rows copied) */
     const int chunks = kvh * nr * 16; /* 16-byte chunks of a tile */
     const int64_t row_elems = (int64_t)kvh * 128;
@@ -98,8 +98,8 @@ __device__ __forceinline__ attn_in_ctx attn_in_begin(const mu_cu_attn_decode &ad
     attn_in_ctx c;
     c.reg = reg;
     c.H = ad.qp.n_head, c.kvh = ad.qp.n_head_kv, c.per_kv = c.H / c.kvh, c.nr = mu_cu_attn_in_rows(ad.short_max);
-    c.n = *reinterpret_cast<const int *>(reinterpret_cast<const uint8_t *>(&ad) + (sizeof(mu_cu_attn_decode) + 15) / 16 * 16);
     c.nw = (int)(blockDim.x >> 5), c.warp = threadIdx.x >> 5, c.lane = threadIdx.x & 31;
+    c.n = *reinterpret_cast<const int *>(reg + mu_cu_attn_in_smem(c.H, c.kvh, ad.short_max, c.nw).n);
     return c;
 }
 

@@ -274,7 +274,7 @@ typedef struct mu_cu_attn_decode {
 #define MU_CU_ATTN_IN_ROW 272 /* bytes per tile row of 128 f16: 16 of padding, no bank conflicts */
 MU_CU_HD static inline int mu_cu_attn_in_rows(int short_max) { return (short_max + 15) & ~15; }
 typedef struct mu_cu_attn_in_layout {
-    int k, v, qh, ql, p, s, l, o, g, w, a, total; /* byte offsets into the region, and its size */
+    int k, v, qh, ql, p, s, l, o, g, w, a, n, total; /* byte offsets into the region, and its size */
 } mu_cu_attn_in_layout;
 MU_CU_HD static inline mu_cu_attn_in_layout mu_cu_attn_in_smem(int n_head, int n_head_kv, int short_max, int warps) {
     const int nr = mu_cu_attn_in_rows(short_max), kv = n_head_kv;
@@ -290,7 +290,8 @@ MU_CU_HD static inline mu_cu_attn_in_layout mu_cu_attn_in_smem(int n_head, int n
     L.g = L.o + (n_head > warps ? n_head : warps) * 128 * 4; /* the sigmoid gate [n_head][128] */
     L.w = L.g + n_head * 128 * 4;               /* the QK-norm weights (q, k) and the cos/sin table: 3 x 128 f32 */
     L.a = L.w + 3 * 128 * 4;                    /* the launch's mu_cu_attn_decode and the span's rows (int) */
-    L.total = L.a + (int)((sizeof(mu_cu_attn_decode) + 15) / 16 * 16) + 16;
+    L.n = L.a + (int)((sizeof(mu_cu_attn_decode) + 15) / 16 * 16);
+    L.total = L.n + 16;
     return L;
 }
 
