@@ -720,6 +720,33 @@ static void check_norm_in(muser_model *m, const int *tokens, int n, int V, const
     free(with), free(without);
 }
 
+/* Fast-lane decode with down's quantizing staging shared by cluster pairs
+ * (the default on GPUs with clusters: each block quantizes half of the
+ * groups into both blocks' shared memory) against every block quantizing
+ * all (MU_CU_LAB_NO_PAIR): the same groups, so bit-identical logits. The
+ * paired route must have run wherever a launch could take it. */
+static void check_pair_staging(muser_model *m, const int *tokens, int n, int V, const char *name) {
+    const unsigned lab_was = mu_cu_get_matvec_lab();
+    mu_cu_set_matvec_lab((lab_was & ~(unsigned)MU_CU_LAB_PAIR) | MU_CU_LAB_NO_PAIR);
+    float *alone = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
+    long long elig0 = 0, elig1 = 0;
+    const long long before = mu_cu_pair_launches(&elig0);
+    mu_cu_set_matvec_lab((lab_was & ~(unsigned)MU_CU_LAB_NO_PAIR) | MU_CU_LAB_PAIR);
+    float *paired = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
+    const long long launches = mu_cu_pair_launches(&elig1) - before, eligible = elig1 - elig0;
+    mu_cu_set_matvec_lab(lab_was);
+    if (alone && paired) {
+        double dmax = 0;
+        for (size_t i = 0; i < (size_t)n * V; i++) dmax = fmax(dmax, fabs((double)alone[i] - paired[i]));
+        CHECKF(launches > 0 || eligible == 0 || !mu_cu_pair_can_run(),
+               "%s: none of %lld quantizing launches ran with paired staging", name, eligible);
+        CHECKF(dmax == 0.0, "%s: paired staging differs from each block quantizing all by %.3g", name, dmax);
+        printf("  %-28s decode staging paired (%lld of %lld launches) == each block quantizing all (max |d| %.3g)\n",
+               name, launches, eligible, dmax);
+    }
+    free(alone), free(paired);
+}
+
 static int g_attn_wo_fixtures; /* fixtures whose decode formed the attention in Wo's staging */
 
 static void test_fixture(const char *rel, bool local) {
@@ -883,6 +910,7 @@ static void test_fixture(const char *rel, bool local) {
     }
     free(wo_on), free(wo_off);
     check_norm_in(m, tokens, n, V, rel);
+    check_pair_staging(m, tokens, n, V, rel);
     check_decode_paths(m, tokens, 48, V, rel);
     check_checkpoint(m, tokens, 120, V, rel);
     tl_fixture_free(&fx);

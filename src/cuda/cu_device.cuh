@@ -28,6 +28,42 @@
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+/* ---- clusters: a block's shared memory written by its peer --------------------
+ * Paired staging (mu_cu_mv.pair): the two blocks of a cluster each load
+ * half of a launch's activations from L2 and store them into both blocks'
+ * shared memory. arrive/wait alternate per thread; every thread of both
+ * blocks takes part (the forms without .aligned: callers leave loops that
+ * diverged). */
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+/* the peer's stores before it are visible after it */
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+    cluster_wait();
+}
+/* the address of p (this block's shared memory) in block `rank` of the cluster */
+__device__ __forceinline__ uint32_t cluster_peer_addr(const void *p, unsigned rank) {
+    uint32_t d;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
+    return d;
+}
+__device__ __forceinline__ void st_cluster(uint32_t a, float4 v) {
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void st_cluster(uint32_t a, uint4 v) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void st_cluster(uint32_t a, float2 v) {
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
+}
+
 /* An L2 policy that makes the lines a load brings in the first to be
  * evicted: weight bytes are read once per token, and without it the
  * gigabytes streamed through L2 evict the small vectors the serial parts

@@ -600,14 +600,42 @@ __device__ __forceinline__ void kq_stage_records(uint8_t *aux, int nb, const flo
  * live across it, at 64 registers a thread (loading two items per thread
  * before storing spilled ~100-200 bytes in every K-quant kernel and was
  * measured 11% slower per token). */
+/* Paired staging (mu_cu_mv.pair): unit k of this block's half, past the
+ * end when >= the count (runs of 2^log units alternate between the ranks) */
+__device__ __forceinline__ int pair_own(int k, int log, unsigned rank) {
+    return (((k >> log) << 1 | (int)rank) << log) | (k & ((1 << log) - 1));
+}
+
 template <bool quant>
-__device__ __forceinline__ void kq_stage(const mu_cu_act &a, int64_t cols, uint8_t *sm) {
+__device__ __forceinline__ void kq_stage(const mu_cu_act &a, int64_t cols, uint8_t *sm, bool pair = false) {
     const int nb = (int)(cols >> 8);
     uint8_t *aux = sm + (size_t)nb * KQ_XQ;
     const float2 *gds = reinterpret_cast<const float2 *>(a.ds);
     if constexpr (quant) {
         /* one thread per group of 16: int8 into place, (d, d * sum) aside */
         float2 *tmp = reinterpret_cast<float2 *>(sm + kq_stage_bytes(cols));
+        if (pair) {
+            /* this block quantizes half of the groups (runs of 8: 512 bytes
+             * of x), into both blocks: each block reads half of x from L2 */
+            const unsigned rank = cluster_rank();
+            const uint32_t psm = cluster_peer_addr(sm, rank ^ 1u), ptmp = cluster_peer_addr(tmp, rank ^ 1u);
+            cluster_wait(); /* (the kernel's first arrive: the peer has started) */
+            for (int k = threadIdx.x;; k += blockDim.x) {
+                const int i = pair_own(k, 3, rank);
+                if (i >= nb * 16) break;
+                uint4 q;
+                float2 ds;
+                quant_group16(a.x, i, q, ds);
+                const int off = KQ_XQ * (i >> 4) + 16 * (i & 15);
+                *reinterpret_cast<uint4 *>(sm + off) = q;
+                tmp[i] = ds;
+                st_cluster(psm + (uint32_t)off, q);
+                st_cluster(ptmp + 8u * (uint32_t)i, ds);
+            }
+            cluster_sync_all(); /* (the peer's stores visible; none after it) */
+            kq_stage_records<quant>(aux, nb, tmp);
+            return;
+        }
         for (int i = threadIdx.x; i < nb * 16; i += blockDim.x) {
             uint4 q;
             float2 ds;
@@ -738,7 +766,7 @@ struct PolKQ {
     __device__ static void stage(const mu_cu_mv &a, uint8_t *sm) {
         if constexpr (Q == 3) kq_stage_attn(a.ad, a.seg[0].w.cols, sm, a.lab);
         else if constexpr (Q == 2) kq_stage_norm(a.nin, a.seg[0].w.cols, sm, MUSER_LAB_STAMPS ? stage_row(a.stamp_id) : nullptr);
-        else kq_stage<Q == 1>(a.act, a.seg[0].w.cols, sm);
+        else kq_stage<Q == 1>(a.act, a.seg[0].w.cols, sm, a.pair);
     }
 
     template <uint32_t T>
@@ -985,6 +1013,7 @@ template <class P, int LANE, int EPI, int QI, int FLAT = 0>
 __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __grid_constant__ mu_cu_mv a) {
     constexpr int NW = mv_warps<LANE>();
     pdl_trigger();
+    if (a.pair) cluster_arrive_relaxed(); /* (the staging waits on it before its first store to the peer) */
     if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && threadIdx.x == 0) { /* (lab: parameters only, nothing kept live) */
         stage_row(a.stamp_id)[0] = EPI * 4 + QI + 1; /* (every block writes the same) */
         stage_stamp(stage_row(a.stamp_id), 1, true);
@@ -1494,6 +1523,64 @@ static bool cut_plan(mu_cu_mv *a, int nw, int64_t blocks, int per_batch) {
  * the device alone, so a host-side plan needs no occupancy query */
 static int64_t cut_blocks(int sms) { return g_grid_cap > 0 && g_grid_cap < sms ? g_grid_cap : sms; }
 
+/* launches that quantize a K-quant input in the fast lane, and those of them
+ * with paired staging (tests: that the route ran) */
+static long long g_pair_eligible, g_pair_launches;
+extern "C" long long mu_cu_pair_launches(long long *eligible) {
+    if (eligible) *eligible = g_pair_eligible;
+    return g_pair_launches;
+}
+/* clusters (and so paired staging) need compute capability 9.0 */
+extern "C" bool mu_cu_pair_can_run(void) {
+    int dev = 0, major = 0;
+    return current_device(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
+
+/* A matvec launch on `blocks` blocks. Paired staging (mu_cu_mv.pair, in
+ * clusters of two) where the launch quantizes its input (down: 80 KB of
+ * f32 a block, read by every block), unless the lab turns it off, where
+ * the grid is even and every pair fits the GPU at once. The norm-in
+ * stagings paired the same way measured slower (docs/cuda-notes.md,
+ * version 21): their cluster barriers cost more than half of their reads. */
+template <class P, int LANE, int EPI, int QI, int FLAT>
+static cudaError_t launch_mv_grid(const mu_cu_mv *in, int64_t blocks, size_t smem, int dev, cudaStream_t s) {
+    constexpr int NW = mv_warps<LANE>();
+    auto kernel = mv_kernel<P, LANE, EPI, QI, FLAT>;
+    if constexpr (LANE == MU_CU_LANE_FAST && P::NORM_IN && QI == 1) {
+        const bool want = (in->lab & MU_CU_LAB_PAIR) || !(in->lab & MU_CU_LAB_NO_PAIR);
+        const bool staged = !(in->lab & (MU_CU_LAB_NO_STAGE | MU_CU_LAB_NO_STAGE_QUANT));
+        g_pair_eligible++;
+        if (want && staged && blocks % 2 == 0) {
+            static int ok[MU_CU_MAX_DEVICES];
+            static int64_t ok_blocks[MU_CU_MAX_DEVICES];
+            static size_t ok_smem[MU_CU_MAX_DEVICES];
+            if (ok_blocks[dev] != blocks || ok_smem[dev] != smem) {
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3((unsigned)blocks);
+                cfg.blockDim = dim3(NW * 32);
+                cfg.dynamicSmemBytes = smem;
+                cudaLaunchAttribute at;
+                at.id = cudaLaunchAttributeClusterDimension;
+                at.val.clusterDim.x = 2, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+                cfg.attrs = &at;
+                cfg.numAttrs = 1;
+                int n = 0;
+                if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) (void)cudaGetLastError(), n = 0;
+                ok[dev] = 2 * (int64_t)n >= blocks;
+                ok_blocks[dev] = blocks, ok_smem[dev] = smem;
+            }
+            if (ok[dev]) {
+                mu_cu_mv c = *in;
+                c.pair = 1;
+                g_pair_launches++;
+                return launch_pdl_cluster(kernel, dim3((unsigned)blocks), dim3(NW * 32), smem, s, 2, c);
+            }
+        }
+    }
+    return launch_pdl(kernel, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
+}
+
 template <class P, int LANE, int EPI, int QI = 0, int FLAT = 0>
 static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cudaStream_t s) {
     constexpr int NW = mv_warps<LANE>();
@@ -1551,18 +1638,15 @@ static cudaError_t launch_mv(const mu_cu_mv *in, int64_t jobs, size_t stage, cud
         if (cut_plan(&c, NW, cut_blocks(sms[dev]), P::PER_BATCH)) return launch_mv<P, LANE, EPI, QI, 2>(&c, jobs, stage, s);
     }
     if constexpr (FLAT == 2) /* (cut_b0 planned above) */
-        return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)cut_blocks(sms[dev])), dim3(NW * 32), smem, s,
-                          *in);
-    if constexpr (FLAT)
-        return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)(cap_w / NW)), dim3(NW * 32), smem, s,
-                          *in);
+        return launch_mv_grid<P, LANE, EPI, QI, FLAT>(in, cut_blocks(sms[dev]), smem, dev, s);
+    if constexpr (FLAT) return launch_mv_grid<P, LANE, EPI, QI, FLAT>(in, cap_w / NW, smem, dev, s);
     const int64_t rounds = (jobs + max_w - 1) / max_w;
     const bool even = in->even_rounds || (in->lab & MU_CU_LAB_EVEN_ROUNDS);
     const int64_t warps = even ? (jobs + rounds - 1) / rounds : (jobs < max_w ? jobs : max_w);
     int64_t blocks = (warps + NW - 1) / NW;
     if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
     if (blocks < 1) blocks = 1;
-    return launch_pdl(mv_kernel<P, LANE, EPI, QI, FLAT>, dim3((unsigned)blocks), dim3(NW * 32), smem, s, *in);
+    return launch_mv_grid<P, LANE, EPI, QI, FLAT>(in, blocks, smem, dev, s);
 }
 
 /* packed short rows (STORE, RESNORM) */
@@ -1612,6 +1696,7 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     mu_cu_mv a = *in;
     if (a.nseg < 1) return cudaErrorInvalidValue;
     a.prefetch = g_prefetch;
+    a.pair = 0; /* (launch_mv_grid decides) */
     a.lab = mu_cu_get_matvec_lab();
     a.stamp_id = MUSER_LAB_STAMPS && (a.lab & MU_CU_LAB_STAGE_STAMPS) ? g_stage_next++ : -1;
     a.rows_total = 0;

@@ -327,6 +327,9 @@ typedef struct mu_cu_mv {
     mu_cu_attn_decode ad;
     mu_cu_norm_in nin;     /* nin.h set: the input is formed while staging (fast-lane
                               K-quants; act unused)                         */
+    int pair;              /* set by launch_mv_grid: launched in clusters of two blocks whose
+                              staging loads are shared (fast-lane K-quants that quantize
+                              their input: each block loads half, into both) */
     int quant_input;       /* fast lane: act.x is quantized into int8 groups of 16
                               while it is staged (act.q, act.ds unused); the
                               producer (gate/up) then stores f32 only      */
@@ -380,6 +383,8 @@ enum {
     MU_CU_LAB_ATTN_IN_NO_PRELOAD = 262144, /* timing: attention in Wo without the cached rows' copy */
     MU_CU_LAB_ATTN_IN_NO_HEADS = 524288,   /* timing: ... without the heads' norm/rope (phase 1) */
     MU_CU_LAB_ATTN_IN_NO_MMA = 1048576,    /* timing: ... without the scores, softmax and P V */
+    MU_CU_LAB_PAIR = 2097152,              /* paired staging (mu_cu_mv.pair) wherever it can run (tests) */
+    MU_CU_LAB_NO_PAIR = 4194304,           /* no paired staging: every block loads all of its input */
 };
 /* Stage stamps: a row per matvec launch captured since
  * mu_cu_lab_stage_stamps_begin (the ids are fixed at capture), columns
@@ -401,6 +406,10 @@ int mu_cu_lab_stage_stamps(unsigned long long *out, int max_rows);
 #define MU_CU_TAIL_STAMP_COLS 9
 int mu_cu_lab_tail_stamps(unsigned long long *out, int max_rows);
 void mu_cu_set_matvec_lab(unsigned flags);
+/* matvec launches so far with paired staging (mu_cu_mv.pair); eligible (if
+ * not NULL): those that quantize a K-quant input in the fast lane */
+long long mu_cu_pair_launches(long long *eligible);
+bool mu_cu_pair_can_run(void);       /* the current GPU runs clusters (compute capability 9.0) */
 unsigned mu_cu_get_matvec_lab(void);
 
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams;
