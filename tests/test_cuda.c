@@ -727,11 +727,11 @@ static void check_norm_in(muser_model *m, const int *tokens, int n, int V, const
  * paired route must have run wherever a launch could take it. */
 static void check_pair_staging(muser_model *m, const int *tokens, int n, int V, const char *name) {
     const unsigned lab_was = mu_cu_get_matvec_lab();
-    mu_cu_set_matvec_lab((lab_was & ~(unsigned)MU_CU_LAB_PAIR) | MU_CU_LAB_NO_PAIR);
+    mu_cu_set_matvec_lab(lab_was | MU_CU_LAB_NO_PAIR);
     float *alone = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
     long long elig0 = 0, elig1 = 0;
     const long long before = mu_cu_pair_launches(&elig0);
-    mu_cu_set_matvec_lab((lab_was & ~(unsigned)MU_CU_LAB_NO_PAIR) | MU_CU_LAB_PAIR);
+    mu_cu_set_matvec_lab(lab_was & ~(unsigned)MU_CU_LAB_NO_PAIR);
     float *paired = run_cuda(m, tokens, n, (run_opts){MUSER_LANE_FAST, MUSER_KV_F16, false}, V);
     const long long launches = mu_cu_pair_launches(&elig1) - before, eligible = elig1 - elig0;
     mu_cu_set_matvec_lab(lab_was);

@@ -595,17 +595,17 @@ __device__ __forceinline__ void kq_stage_records(uint8_t *aux, int nb, const flo
     }
 }
 
-/* Stages the int8 input and the lane records (quant: x is quantized into
- * int8 groups here). Kept register-light: the first batch's weights stay
- * live across it, at 64 registers a thread (loading two items per thread
- * before storing spilled ~100-200 bytes in every K-quant kernel and was
- * measured 11% slower per token). */
 /* Paired staging (mu_cu_mv.pair): unit k of this block's half, past the
  * end when >= the count (runs of 2^log units alternate between the ranks) */
 __device__ __forceinline__ int pair_own(int k, int log, unsigned rank) {
     return (((k >> log) << 1 | (int)rank) << log) | (k & ((1 << log) - 1));
 }
 
+/* Stages the int8 input and the lane records (quant: x is quantized into
+ * int8 groups here). Kept register-light: the first batch's weights stay
+ * live across it, at 64 registers a thread (loading two items per thread
+ * before storing spilled ~100-200 bytes in every K-quant kernel and was
+ * measured 11% slower per token). */
 template <bool quant>
 __device__ __forceinline__ void kq_stage(const mu_cu_act &a, int64_t cols, uint8_t *sm, bool pair = false) {
     const int nb = (int)(cols >> 8);
@@ -1548,10 +1548,9 @@ static cudaError_t launch_mv_grid(const mu_cu_mv *in, int64_t blocks, size_t sme
     constexpr int NW = mv_warps<LANE>();
     auto kernel = mv_kernel<P, LANE, EPI, QI, FLAT>;
     if constexpr (LANE == MU_CU_LANE_FAST && P::NORM_IN && QI == 1) {
-        const bool want = (in->lab & MU_CU_LAB_PAIR) || !(in->lab & MU_CU_LAB_NO_PAIR);
         const bool staged = !(in->lab & (MU_CU_LAB_NO_STAGE | MU_CU_LAB_NO_STAGE_QUANT));
         g_pair_eligible++;
-        if (want && staged && blocks % 2 == 0) {
+        if (!(in->lab & MU_CU_LAB_NO_PAIR) && staged && blocks % 2 == 0) {
             static int ok[MU_CU_MAX_DEVICES];
             static int64_t ok_blocks[MU_CU_MAX_DEVICES];
             static size_t ok_smem[MU_CU_MAX_DEVICES];

@@ -383,7 +383,6 @@ enum {
     MU_CU_LAB_ATTN_IN_NO_PRELOAD = 262144, /* timing: attention in Wo without the cached rows' copy */
     MU_CU_LAB_ATTN_IN_NO_HEADS = 524288,   /* timing: ... without the heads' norm/rope (phase 1) */
     MU_CU_LAB_ATTN_IN_NO_MMA = 1048576,    /* timing: ... without the scores, softmax and P V */
-    MU_CU_LAB_PAIR = 2097152,              /* paired staging (mu_cu_mv.pair) wherever it can run (tests) */
     MU_CU_LAB_NO_PAIR = 4194304,           /* no paired staging: every block loads all of its input */
 };
 /* Stage stamps: a row per matvec launch captured since
