@@ -1523,18 +1523,13 @@ static bool cut_plan(mu_cu_mv *a, int nw, int64_t blocks, int per_batch) {
  * the device alone, so a host-side plan needs no occupancy query */
 static int64_t cut_blocks(int sms) { return g_grid_cap > 0 && g_grid_cap < sms ? g_grid_cap : sms; }
 
-/* launches that quantize a K-quant input in the fast lane, and those of them
- * with paired staging (tests: that the route ran) */
+/* fast-lane launches that quantize a K-quant input on an even grid with
+ * pairs allowed, and those of them that ran paired (tests: that the route
+ * ran; the backend needs compute capability 9.0, so clusters exist) */
 static long long g_pair_eligible, g_pair_launches;
 extern "C" long long mu_cu_pair_launches(long long *eligible) {
     if (eligible) *eligible = g_pair_eligible;
     return g_pair_launches;
-}
-/* clusters (and so paired staging) need compute capability 9.0 */
-extern "C" bool mu_cu_pair_can_run(void) {
-    int dev = 0, major = 0;
-    return current_device(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
 }
 
 /* A matvec launch on `blocks` blocks. Paired staging (mu_cu_mv.pair, in
@@ -1549,8 +1544,8 @@ static cudaError_t launch_mv_grid(const mu_cu_mv *in, int64_t blocks, size_t sme
     auto kernel = mv_kernel<P, LANE, EPI, QI, FLAT>;
     if constexpr (LANE == MU_CU_LANE_FAST && P::NORM_IN && QI == 1) {
         const bool staged = !(in->lab & (MU_CU_LAB_NO_STAGE | MU_CU_LAB_NO_STAGE_QUANT));
-        g_pair_eligible++;
         if (!(in->lab & MU_CU_LAB_NO_PAIR) && staged && blocks % 2 == 0) {
+            g_pair_eligible++;
             static int ok[MU_CU_MAX_DEVICES];
             static int64_t ok_blocks[MU_CU_MAX_DEVICES];
             static size_t ok_smem[MU_CU_MAX_DEVICES];

@@ -406,9 +406,9 @@ int mu_cu_lab_stage_stamps(unsigned long long *out, int max_rows);
 int mu_cu_lab_tail_stamps(unsigned long long *out, int max_rows);
 void mu_cu_set_matvec_lab(unsigned flags);
 /* matvec launches so far with paired staging (mu_cu_mv.pair); eligible (if
- * not NULL): those that quantize a K-quant input in the fast lane */
+ * not NULL): those that could have been (a fast-lane K-quant input
+ * quantized while staged, on an even grid, pairs not turned off) */
 long long mu_cu_pair_launches(long long *eligible);
-bool mu_cu_pair_can_run(void);       /* the current GPU runs clusters (compute capability 9.0) */
 unsigned mu_cu_get_matvec_lab(void);
 
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams;
