@@ -586,6 +586,13 @@ typedef struct run_opts {
     bool prefill;
 } run_opts;
 
+/* max |a - b| over count logits (the bit-identity checks want 0) */
+static double max_abs_diff(const float *a, const float *b, size_t count) {
+    double d = 0;
+    for (size_t i = 0; i < count; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
 static float *run_cuda(muser_model *m, const int *tokens, int n, run_opts o, int V) {
     muser_session_params sp = muser_session_default_params();
     sp.backend = MUSER_BACKEND_CUDA;
@@ -628,7 +635,7 @@ static void check_decode_paths(muser_model *m, const int *tokens, int n, int V, 
         for (int i = cut; i < n; i++) {
             CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
             const float *l = muser_session_logits(s);
-            for (int j = 0; j < V; j++) dmax = fmax(dmax, fabs(l[j] - a[(size_t)i * V + j]));
+            dmax = fmax(dmax, max_abs_diff(l, a + (size_t)i * V, (size_t)V));
         }
         CHECKF(dmax == 0.0, "%s lane %d: truncate + refeed differs by %.3g", name, lane, dmax);
         muser_session_free(s);
@@ -640,7 +647,7 @@ static void check_decode_paths(muser_model *m, const int *tokens, int n, int V, 
         for (int i = 0; i < n && s; i++) {
             CHECK(muser_session_feed(s, tokens + i, 1, false) == 0);
             const float *l = muser_session_logits(s);
-            for (int j = 0; j < V; j++) dmax = fmax(dmax, fabs(l[j] - a[(size_t)i * V + j]));
+            dmax = fmax(dmax, max_abs_diff(l, a + (size_t)i * V, (size_t)V));
         }
         CHECKF(dmax == 0.0, "%s lane %d: graph+PDL and op-by-op differ by %.3g", name, lane, dmax);
         muser_session_free(s);
@@ -678,7 +685,7 @@ static void check_checkpoint(muser_model *m, const int *tokens, int n, int V, co
     double dmax = 0;
     for (int i = cut; i < n; i++) {
         CHECK(b->ops->forward(b, tokens + i, 1, i, false, l) == 0);
-        for (int j = 0; j < V; j++) dmax = fmax(dmax, fabs(l[j] - a[(size_t)i * V + j]));
+        dmax = fmax(dmax, max_abs_diff(l, a + (size_t)i * V, (size_t)V));
     }
     CHECKF(dmax == 0.0, "%s: checkpoint restore + refeed differs by %.3g", name, dmax);
     printf("  %-28s ring checkpoint: save at %d, restore after %d, refeed identical\n", name, cut, n);
@@ -712,8 +719,7 @@ static void check_norm_in(muser_model *m, const int *tokens, int n, int V, const
     unsetenv("MUSER_CUDA_NORM_IN");
     unsetenv("MUSER_CUDA_ATTN_WO");
     if (with && without) {
-        double dmax = 0;
-        for (size_t i = 0; i < (size_t)n * V; i++) dmax = fmax(dmax, fabs((double)with[i] - without[i]));
+        const double dmax = max_abs_diff(with, without, (size_t)n * V);
         CHECKF(dmax == 0.0, "%s: decode norms formed by the consumers differ from the tails' by %.3g", name, dmax);
         printf("  %-28s decode norms formed by their consumers == the producers' tails (max |d| %.3g)\n", name, dmax);
     }
@@ -736,8 +742,7 @@ static void check_pair_staging(muser_model *m, const int *tokens, int n, int V, 
     const long long launches = mu_cu_pair_launches(&elig1) - before, eligible = elig1 - elig0;
     mu_cu_set_matvec_lab(lab_was);
     if (alone && paired) {
-        double dmax = 0;
-        for (size_t i = 0; i < (size_t)n * V; i++) dmax = fmax(dmax, fabs((double)alone[i] - paired[i]));
+        const double dmax = max_abs_diff(alone, paired, (size_t)n * V);
         CHECKF(launches > 0 || eligible == 0, "%s: none of %lld quantizing launches ran with paired staging", name,
                eligible);
         CHECKF(dmax == 0.0, "%s: paired staging differs from each block quantizing all by %.3g", name, dmax);
