@@ -14,6 +14,7 @@
  * --quick times the default and one variant only, twice, alternating: the
  * lab flags FLAGS (MU_CU_LAB_*; default: short K-quant rows not packed).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,11 +188,177 @@ static int run_stamps(mu_backend *b, int64_t depth, unsigned extra) {
     return 0;
 }
 
+/* Is a block's lateness its SM's? Per launch kind and SM, the median over
+ * the kind's launches of (the block's end - the launch's median end), us,
+ * taken over the even and the odd launches apart: their correlation over
+ * the SMs says whether the same SMs are late every time. */
+enum { SM_MAX = 256 };
+static double pearson(const double *x, const double *y, int n) {
+    double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
+    for (int i = 0; i < n; i++) mx += x[i], my += y[i];
+    mx /= n, my /= n;
+    for (int i = 0; i < n; i++) sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx), syy += (y[i] - my) * (y[i] - my);
+    return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0.0;
+}
+static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS],
+                              unsigned long long (*blocks)[MU_CU_STAGE_BLOCKS_MAX][3], int n, const char *const *kname,
+                              const char *const *qname) {
+    enum { NK = 16, MAXR = 1024, HALF = 2, PER = 64 }; /* (PER: a kind's launches in one token, at most) */
+    static double late[NK][HALF + 1][SM_MAX][PER], blate[NK][2][MU_CU_STAGE_BLOCKS_MAX][PER];
+    static int cnt[NK][HALF + 1][SM_MAX], bcnt[NK][2][MU_CU_STAGE_BLOCKS_MAX];
+    static double prof[NK][HALF + 1][SM_MAX], span[NK][SM_MAX][PER];
+    static int nspan[NK][SM_MAX];
+    memset(nspan, 0, sizeof nspan);
+    memset(bcnt, 0, sizeof bcnt);
+    int nk[NK] = {0}, same_map[NK] = {0}, first[NK];
+    for (int k = 0; k < NK; k++) first[k] = -1;
+    /* the same block -> SM map in every launch of a kind? */
+    for (int i = 0; i < n && i < MAXR; i++) {
+        if (!rows[i][0] || rows[i][0] > NK) continue;
+        const int k = (int)rows[i][0] - 1;
+        if (first[k] < 0) first[k] = i;
+        bool same = true;
+        for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++)
+            if (blocks[i][bl][2] != blocks[first[k]][bl][2]) same = false;
+        same_map[k] += same;
+    }
+    for (int i = 0; i < n && i < MAXR; i++) {
+        if (!rows[i][0] || rows[i][0] > NK) continue;
+        const int k = (int)rows[i][0] - 1, h = nk[k]++ & 1;
+        double e[MU_CU_STAGE_BLOCKS_MAX];
+        int m = 0;
+        for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++)
+            if (blocks[i][bl][1] && blocks[i][bl][2]) e[m++] = (double)blocks[i][bl][1];
+        if (m < 2) continue;
+        qsort(e, (size_t)m, sizeof e[0], cmp_double);
+        for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++) {
+            if (!blocks[i][bl][1] || !blocks[i][bl][2]) continue;
+            const int sm = (int)blocks[i][bl][2] - 1;
+            if (sm >= SM_MAX) continue;
+            const double v = ((double)blocks[i][bl][1] - e[m / 2]) / 1e3;
+            if (nspan[k][sm] < PER) span[k][sm][nspan[k][sm]++] = (double)(blocks[i][bl][1] - blocks[i][bl][0]) / 1e3;
+            if (cnt[k][h][sm] < PER) late[k][h][sm][cnt[k][h][sm]++] = v;
+            if (cnt[k][HALF][sm] < PER) late[k][HALF][sm][cnt[k][HALF][sm]++] = v;
+            if (bcnt[k][h][bl] < PER) blate[k][h][bl][bcnt[k][h][bl]++] = v; /* the same, by block index */
+        }
+    }
+    printf("\nper-SM lateness (block end - launch median end, us; medians per SM over the kind's launches)\n"
+           "| launch kind | SMs | same block->SM map as the first launch | even/odd correlation by SM | by block "
+           "index | SM medians: min | p10 | p90 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int k = 0; k < NK; k++) {
+        if (nk[k] < 4) continue;
+        double x[SM_MAX], y[SM_MAX], all[SM_MAX];
+        int ns = 0;
+        for (int sm = 0; sm < SM_MAX; sm++) {
+            for (int hh = 0; hh <= HALF; hh++) {
+                prof[k][hh][sm] = 0;
+                if (!cnt[k][hh][sm]) continue;
+                qsort(late[k][hh][sm], (size_t)cnt[k][hh][sm], sizeof(double), cmp_double);
+                prof[k][hh][sm] = late[k][hh][sm][cnt[k][hh][sm] / 2];
+            }
+            if (cnt[k][0][sm] && cnt[k][1][sm]) x[ns] = prof[k][0][sm], y[ns] = prof[k][1][sm], all[ns++] = prof[k][HALF][sm];
+        }
+        if (ns < 2) continue;
+        const double r = pearson(x, y, ns);
+        double bx[MU_CU_STAGE_BLOCKS_MAX], by[MU_CU_STAGE_BLOCKS_MAX];
+        int nb = 0;
+        for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++) {
+            if (!bcnt[k][0][bl] || !bcnt[k][1][bl]) continue;
+            for (int hh = 0; hh < 2; hh++) qsort(blate[k][hh][bl], (size_t)bcnt[k][hh][bl], sizeof(double), cmp_double);
+            bx[nb] = blate[k][0][bl][bcnt[k][0][bl] / 2], by[nb++] = blate[k][1][bl][bcnt[k][1][bl] / 2];
+        }
+        const double rb = nb >= 2 ? pearson(bx, by, nb) : 0.0;
+        qsort(all, (size_t)ns, sizeof all[0], cmp_double);
+        printf("| %s, %s | %d | %d of %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", kname[(k / 4) & 3],
+               k % 4 < 3 ? qname[k % 4] : "?", ns, same_map[k], nk[k], r, rb, all[0], all[ns / 10], all[ns * 9 / 10],
+               all[ns - 1]);
+    }
+    /* the kinds against each other (all launches) */
+    printf("\ncorrelation of the per-SM profiles between kinds:\n");
+    for (int k = 0; k < NK; k++)
+        for (int j = k + 1; j < NK; j++) {
+            if (nk[k] < 4 || nk[j] < 4) continue;
+            double x[SM_MAX], y[SM_MAX];
+            int ns = 0;
+            for (int sm = 0; sm < SM_MAX; sm++)
+                if (cnt[k][HALF][sm] && cnt[j][HALF][sm]) x[ns] = prof[k][HALF][sm], y[ns++] = prof[j][HALF][sm];
+            if (ns >= 2)
+                printf("  %s, %s vs %s, %s: %.2f\n", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?",
+                       kname[(j / 4) & 3], j % 4 < 3 ? qname[j % 4] : "?", pearson(x, y, ns));
+        }
+    /* each SM's median own span: equal across SMs when no SM is slow every time */
+    printf("\nper-SM median own span (us) over the kind's launches: min / p10 / median / p90 / max\n");
+    for (int k = 0; k < NK; k++) {
+        if (nk[k] < 4) continue;
+        double med[SM_MAX];
+        int ns = 0;
+        for (int sm = 0; sm < SM_MAX; sm++) {
+            if (!nspan[k][sm]) continue;
+            qsort(span[k][sm], (size_t)nspan[k][sm], sizeof(double), cmp_double);
+            med[ns++] = span[k][sm][nspan[k][sm] / 2];
+        }
+        if (ns < 1) continue;
+        qsort(med, (size_t)ns, sizeof med[0], cmp_double);
+        printf("  %s, %s: %.2f / %.2f / %.2f / %.2f / %.2f\n", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?", med[0],
+               med[ns / 10], med[ns / 2], med[ns * 9 / 10], med[ns - 1]);
+    }
+}
+
+/* The blocks' spans of each launch kind (--stage-stamps): the blocks' ends
+ * after the launch's first release (first, 10th percentile, median, 90th,
+ * last), how far apart the blocks were released, and a block's own span
+ * (its end after its own release); medians over the kind's launches, us. */
+enum { SPAN_COLS = 9 };
+static void print_block_spans(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS],
+                              unsigned long long (*blocks)[MU_CU_STAGE_BLOCKS_MAX][3], int n, const char *const *kname,
+                              const char *const *qname) {
+    enum { NK = 16, MAXR = 1024 };
+    static double col[NK][SPAN_COLS][MAXR];
+    int cnt[NK] = {0};
+    for (int i = 0; i < n && i < MAXR; i++) {
+        if (!rows[i][0] || rows[i][0] > NK) continue;
+        const int k = (int)rows[i][0] - 1;
+        double end[MU_CU_STAGE_BLOCKS_MAX], own[MU_CU_STAGE_BLOCKS_MAX];
+        unsigned long long r0 = ~0ull, r1 = 0;
+        int nb = 0;
+        for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++)
+            if (blocks[i][bl][0] && blocks[i][bl][1]) {
+                if (blocks[i][bl][0] < r0) r0 = blocks[i][bl][0];
+                if (blocks[i][bl][0] > r1) r1 = blocks[i][bl][0];
+            }
+        for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++)
+            if (blocks[i][bl][0] && blocks[i][bl][1]) {
+                end[nb] = (double)(blocks[i][bl][1] - r0) / 1e3;
+                own[nb++] = (double)(blocks[i][bl][1] - blocks[i][bl][0]) / 1e3;
+            }
+        if (nb < 1) continue;
+        qsort(end, (size_t)nb, sizeof end[0], cmp_double);
+        qsort(own, (size_t)nb, sizeof own[0], cmp_double);
+        const double v[SPAN_COLS] = {end[0],  end[nb / 10],     end[nb / 2], end[nb * 9 / 10], end[nb - 1],
+                                     own[0], own[nb / 2], own[nb - 1], (double)(r1 - r0) / 1e3};
+        for (int j = 0; j < SPAN_COLS; j++) col[k][j][cnt[k]] = v[j];
+        cnt[k]++;
+    }
+    printf("\nblocks' spans, us after the launch's first release (medians over the launches)\n"
+           "| launch kind | n | first end | p10 | median | p90 | last end | own span min | median | max | releases "
+           "spread |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int k = 0; k < NK; k++) {
+        if (!cnt[k]) continue;
+        printf("| %s, %s | %d |", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?", cnt[k]);
+        for (int j = 0; j < SPAN_COLS; j++) {
+            qsort(col[k][j], (size_t)cnt[k], sizeof(double), cmp_double);
+            printf(" %.2f |", col[k][j][cnt[k] / 2]);
+        }
+        printf("\n");
+    }
+    print_sm_lateness(rows, blocks, n, kname, qname);
+}
+
 /* --stage-stamps: each matvec launch of one token, globaltimer phases
  * (mu_cu_lab_stage_stamps), medians and sums per launch kind. */
 static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
     enum { MAXR = 1024, C = MU_CU_STAGE_STAMP_COLS, NK = 16, NS = 14 };
-    static unsigned long long rows[MAXR][C];
+    static unsigned long long rows[MAXR][C], blocks[MAXR][MU_CU_STAGE_BLOCKS_MAX][3];
     static double seg[NK][NS][MAXR];
     int cnt[NK] = {0};
     double ms = 0;
@@ -204,7 +371,8 @@ static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
     muser_token next = 0;
     int n = -1;
     if (time_decode(b, depth, 1, &ms) == 0 && mu_cu_lab_stage_stamps(NULL, 0) >= 0 && /* (clears) */
-        mu_cuda_decode_select(b, 1000, (int)depth + 4, 0.0f, 0, NULL, &next) == 0)     /* one token */
+        mu_cuda_decode_select(b, 1000, (int)depth + 4, 0.0f, 0, NULL, &next) == 0 &&   /* one token */
+        mu_cu_lab_block_stamps(&blocks[0][0][0], MAXR) == MAXR)
         n = mu_cu_lab_stage_stamps(&rows[0][0], MAXR);
     mu_cu_set_matvec_lab(0);
     if (n < 0) return 1;
@@ -247,6 +415,7 @@ static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
                    what[j], seg[k][j][cnt[k] / 2], sum);
         }
     }
+    print_block_spans(rows, blocks, n, kname, qname);
     return 0;
 }
 

@@ -324,6 +324,19 @@ __device__ __forceinline__ void stage_stamp(unsigned long long *row, int col, bo
 __device__ __forceinline__ unsigned long long *stage_row(int id) {
     return id >= 0 && id < STAGE_STAMP_ROWS ? g_stage_stamps[id] : nullptr;
 }
+/* Per block of a launch: its wait released, its last warp's end (ns), its
+ * SM id + 1; the 3.9 MB only in lab builds */
+#define STAGE_BLOCK_ROWS (MUSER_LAB_STAMPS ? STAGE_STAMP_ROWS : 1)
+__device__ unsigned long long g_block_stamps[STAGE_BLOCK_ROWS][MU_CU_STAGE_BLOCKS_MAX][3];
+__device__ __forceinline__ void block_span_stamp(int id, int which) {
+    if (!MUSER_LAB_STAMPS || id < 0 || id >= STAGE_BLOCK_ROWS || blockIdx.x >= MU_CU_STAGE_BLOCKS_MAX) return;
+    atomicMax(&g_block_stamps[id][blockIdx.x][which], global_ns());
+    if (which == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        g_block_stamps[id][blockIdx.x][2] = sm + 1ull;
+    }
+}
 /* A block's stamp (thread 0) */
 __device__ __forceinline__ void block_stage_stamp(unsigned long long *row, int col, bool as_min = false) {
     if (MUSER_LAB_STAMPS && row && threadIdx.x == 0) stage_stamp(row, col, as_min);
@@ -1135,7 +1148,10 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         if (!(a.lab & (MU_CU_LAB_NO_STAGE | MU_CU_LAB_NO_STAGE_COPY)))
             attn_in_preload(a.ad, attn_in_region(mv_smem, a.seg[0].w.cols), !(a.lab & MU_CU_LAB_ATTN_IN_NO_PRELOAD));
     pdl_wait(); /* the weights above are immutable; activations come after */
-    if (MUSER_LAB_STAMPS) block_stage_stamp(stage_row(a.stamp_id), 2, true), block_stage_stamp(stage_row(a.stamp_id), 3);
+    if (MUSER_LAB_STAMPS) {
+        block_stage_stamp(stage_row(a.stamp_id), 2, true), block_stage_stamp(stage_row(a.stamp_id), 3);
+        if (threadIdx.x == 0) block_span_stamp(a.stamp_id, 0);
+    }
     if constexpr (EPI == MU_CU_EPI_RESNORM) {
         /* what the tail reads from DRAM (h, the norm weights) into L2 now,
          * so the tail's one round of loads hits L2 */
@@ -1381,7 +1397,8 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
         }
         if (is_last && threadIdx.x == 0) *a.counter = 0u;
     }
-    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && (threadIdx.x & 31) == 0) stage_stamp(stage_row(a.stamp_id), 7, false);
+    if (MUSER_LAB_STAMPS && a.stamp_id >= 0 && (threadIdx.x & 31) == 0)
+        stage_stamp(stage_row(a.stamp_id), 7, false), block_span_stamp(a.stamp_id, 1);
 }
 
 static int g_stage_next = 0; /* the next launch's row (host, at capture) */
@@ -1399,7 +1416,18 @@ extern "C" int mu_cu_lab_stage_stamps(unsigned long long *out, int max_rows) {
             cudaSuccess)
         return -1;
     static unsigned long long zero[STAGE_STAMP_ROWS][MU_CU_STAGE_STAMP_COLS];
-    if (cudaMemcpyToSymbol(g_stage_stamps, zero, sizeof zero) != cudaSuccess) return -1;
+    static unsigned long long zero_b[STAGE_BLOCK_ROWS][MU_CU_STAGE_BLOCKS_MAX][3];
+    if (cudaMemcpyToSymbol(g_stage_stamps, zero, sizeof zero) != cudaSuccess ||
+        cudaMemcpyToSymbol(g_block_stamps, zero_b, sizeof zero_b) != cudaSuccess)
+        return -1;
+    return rows;
+}
+
+extern "C" int mu_cu_lab_block_stamps(unsigned long long *out, int rows) {
+    if (!MUSER_LAB_STAMPS || rows < 0 || rows > STAGE_BLOCK_ROWS || cudaDeviceSynchronize() != cudaSuccess) return -1;
+    if (rows && cudaMemcpyFromSymbol(out, g_block_stamps, sizeof(unsigned long long) * MU_CU_STAGE_BLOCKS_MAX * 3 * rows) !=
+                    cudaSuccess)
+        return -1;
     return rows;
 }
 

@@ -397,6 +397,11 @@ enum {
 #define MU_CU_STAGE_STAMP_COLS 14
 int mu_cu_lab_stage_stamps_begin(void); /* -1: not compiled in (MUSER_LAB_STAMPS) */
 int mu_cu_lab_stage_stamps(unsigned long long *out, int max_rows);
+/* Per block of each of those launches (call before mu_cu_lab_stage_stamps,
+ * which clears them): rows x MU_CU_STAGE_BLOCKS_MAX x {wait released, last
+ * warp's end (globaltimer ns), SM id + 1}, 0 where a block did not run */
+#define MU_CU_STAGE_BLOCKS_MAX 160
+int mu_cu_lab_block_stamps(unsigned long long *out, int rows);
 /* The tails' stamps since the last call (then cleared), rows of
  * MU_CU_TAIL_STAMP_COLS: parts, then SM clocks at the block's handshake
  * start, the last-block decision, the tail's start, after its loads and
