@@ -1034,6 +1034,11 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
     extern __shared__ __align__(16) uint8_t mv_smem[]; /* the staged input (fast lane) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * NW, gw = (int64_t)blockIdx.x * NW + warp;
+    /* the round-robin's warp order, warp-major: a partial last round falls
+     * on the same warps of every block, so every SM streams about the same
+     * bytes (block-major, blocks 0-75 of the 30B's Wo took two rows a warp
+     * and blocks 76-131 one, and the blocks' ends followed their index) */
+    const int64_t gi = a.lab & MU_CU_LAB_BLOCK_MAJOR ? gw : (int64_t)warp * gridDim.x + blockIdx.x;
     const int n_items = P::items(a.seg[0].w); /* every segment reads the same input */
     /* part p of a row-dot: items [p plen, min((p + 1) plen, n_items)); K-quant
      * parts are cut at the tiles' groups of 16 blocks, the last one shorter */
@@ -1051,12 +1056,12 @@ __global__ void __launch_bounds__(mv_warps<LANE>() * 32, 1) mv_kernel(const __gr
     /* row-dot k of this warp -> (segment, row, part); false past the end */
     auto locate = [&](int64_t k, int &seg, int64_t &row, int &part) -> bool {
         if (EPI == MU_CU_EPI_GATEUP) {
-            row = gw + (k >> 1) * W;
+            row = gi + (k >> 1) * W;
             seg = (int)(k & 1);
             part = 0;
             return row < jobs;
         }
-        const int64_t r = gw + k * W;
+        const int64_t r = gi + k * W;
         if (r >= jobs) return false;
         locate_id(r, seg, row, part);
         return true;

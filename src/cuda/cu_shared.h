@@ -384,6 +384,7 @@ enum {
     MU_CU_LAB_ATTN_IN_NO_HEADS = 524288,   /* timing: ... without the heads' norm/rope (phase 1) */
     MU_CU_LAB_ATTN_IN_NO_MMA = 1048576,    /* timing: ... without the scores, softmax and P V */
     MU_CU_LAB_NO_PAIR = 4194304,           /* no paired staging: every block loads all of its input */
+    MU_CU_LAB_BLOCK_MAJOR = 8388608,       /* whole-row launches: row-dots round-robin in block-major warp order */
 };
 /* Stage stamps: a row per matvec launch captured since
  * mu_cu_lab_stage_stamps_begin (the ids are fixed at capture), columns
