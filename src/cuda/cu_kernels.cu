@@ -506,8 +506,10 @@ extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int
 }
 
 /* ---- matvec ----------------------------------------------------------------------------
- * A grid of warps over a stream of row-dots: warp gw of W takes row-dots
- * gw, gw + W, ... (gate/up: output rows, each two row-dots; short K-quant
+ * A grid of warps over a stream of row-dots: warp g of W takes row-dots
+ * g, g + W, ..., whole-row launches counting their warps warp-major (g = warp x blocks + block,
+ * so a partial last round is spread over every block) (gate/up: output
+ * rows, each two row-dots; short K-quant
  * rows: 16 / blocks of them per batch), W every warp that fits, or the
  * fewest that give every warp as many (mu_cu_mv.even_rounds). A row-dot
  * is streamed in batches; all 16-byte weight loads of a batch are issued
