@@ -154,6 +154,19 @@ static int cmp_u64(const void *a, const void *b) {
     const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
     return x < y ? -1 : x > y;
 }
+/* the median of x[0..n), n >= 1 (x is left sorted) */
+static double median_of(double *x, int n) {
+    qsort(x, (size_t)n, sizeof x[0], cmp_double);
+    return x[n / 2];
+}
+/* a stage-stamp launch kind (EPI * 4 + QI) as the tables name it */
+static const char *kind_label(int k) {
+    static const char *label[4][4] = {{"store, int8 copied", "store, quantized", "store, norm-in", "store, ?"},
+                                      {"gate/up, int8 copied", "gate/up, quantized", "gate/up, norm-in", "gate/up, ?"},
+                                      {"resnorm, int8 copied", "resnorm, quantized", "resnorm, norm-in", "resnorm, ?"},
+                                      {"logits, int8 copied", "logits, quantized", "logits, norm-in", "logits, ?"}};
+    return label[(k / 4) & 3][k % 4];
+}
 
 /* --stamps: the tails' clock stamps over a few tokens, medians per part
  * count (1: Wo, more: ffn down's parts or the ranks). */
@@ -201,8 +214,7 @@ static double pearson(const double *x, const double *y, int n) {
     return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0.0;
 }
 static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS],
-                              unsigned long long (*blocks)[MU_CU_STAGE_BLOCKS_MAX][3], int n, const char *const *kname,
-                              const char *const *qname) {
+                              unsigned long long (*blocks)[MU_CU_STAGE_BLOCKS_MAX][3], int n) {
     enum { NK = 16, MAXR = 1024, HALF = 2, PER = 64 }; /* (PER: a kind's launches in one token, at most) */
     static double late[NK][HALF + 1][SM_MAX][PER], blate[NK][2][MU_CU_STAGE_BLOCKS_MAX][PER];
     static int cnt[NK][HALF + 1][SM_MAX], bcnt[NK][2][MU_CU_STAGE_BLOCKS_MAX];
@@ -230,12 +242,12 @@ static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS]
         for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++)
             if (blocks[i][bl][1] && blocks[i][bl][2]) e[m++] = (double)blocks[i][bl][1];
         if (m < 2) continue;
-        qsort(e, (size_t)m, sizeof e[0], cmp_double);
+        const double e_med = median_of(e, m);
         for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++) {
             if (!blocks[i][bl][1] || !blocks[i][bl][2]) continue;
             const int sm = (int)blocks[i][bl][2] - 1;
             if (sm >= SM_MAX) continue;
-            const double v = ((double)blocks[i][bl][1] - e[m / 2]) / 1e3;
+            const double v = ((double)blocks[i][bl][1] - e_med) / 1e3;
             if (nspan[k][sm] < PER) span[k][sm][nspan[k][sm]++] = (double)(blocks[i][bl][1] - blocks[i][bl][0]) / 1e3;
             if (cnt[k][h][sm] < PER) late[k][h][sm][cnt[k][h][sm]++] = v;
             if (cnt[k][HALF][sm] < PER) late[k][HALF][sm][cnt[k][HALF][sm]++] = v;
@@ -253,8 +265,7 @@ static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS]
             for (int hh = 0; hh <= HALF; hh++) {
                 prof[k][hh][sm] = 0;
                 if (!cnt[k][hh][sm]) continue;
-                qsort(late[k][hh][sm], (size_t)cnt[k][hh][sm], sizeof(double), cmp_double);
-                prof[k][hh][sm] = late[k][hh][sm][cnt[k][hh][sm] / 2];
+                prof[k][hh][sm] = median_of(late[k][hh][sm], cnt[k][hh][sm]);
             }
             if (cnt[k][0][sm] && cnt[k][1][sm]) x[ns] = prof[k][0][sm], y[ns] = prof[k][1][sm], all[ns++] = prof[k][HALF][sm];
         }
@@ -264,13 +275,11 @@ static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS]
         int nb = 0;
         for (int bl = 0; bl < MU_CU_STAGE_BLOCKS_MAX; bl++) {
             if (!bcnt[k][0][bl] || !bcnt[k][1][bl]) continue;
-            for (int hh = 0; hh < 2; hh++) qsort(blate[k][hh][bl], (size_t)bcnt[k][hh][bl], sizeof(double), cmp_double);
-            bx[nb] = blate[k][0][bl][bcnt[k][0][bl] / 2], by[nb++] = blate[k][1][bl][bcnt[k][1][bl] / 2];
+            bx[nb] = median_of(blate[k][0][bl], bcnt[k][0][bl]), by[nb++] = median_of(blate[k][1][bl], bcnt[k][1][bl]);
         }
         const double rb = nb >= 2 ? pearson(bx, by, nb) : 0.0;
         qsort(all, (size_t)ns, sizeof all[0], cmp_double);
-        printf("| %s, %s | %d | %d of %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", kname[(k / 4) & 3],
-               k % 4 < 3 ? qname[k % 4] : "?", ns, same_map[k], nk[k], r, rb, all[0], all[ns / 10], all[ns * 9 / 10],
+        printf("| %s | %d | %d of %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", kind_label(k), ns, same_map[k], nk[k], r, rb, all[0], all[ns / 10], all[ns * 9 / 10],
                all[ns - 1]);
     }
     /* the kinds against each other (all launches) */
@@ -283,8 +292,7 @@ static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS]
             for (int sm = 0; sm < SM_MAX; sm++)
                 if (cnt[k][HALF][sm] && cnt[j][HALF][sm]) x[ns] = prof[k][HALF][sm], y[ns++] = prof[j][HALF][sm];
             if (ns >= 2)
-                printf("  %s, %s vs %s, %s: %.2f\n", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?",
-                       kname[(j / 4) & 3], j % 4 < 3 ? qname[j % 4] : "?", pearson(x, y, ns));
+                printf("  %s vs %s: %.2f\n", kind_label(k), kind_label(j), pearson(x, y, ns));
         }
     /* each SM's median own span: equal across SMs when no SM is slow every time */
     printf("\nper-SM median own span (us) over the kind's launches: min / p10 / median / p90 / max\n");
@@ -294,12 +302,11 @@ static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS]
         int ns = 0;
         for (int sm = 0; sm < SM_MAX; sm++) {
             if (!nspan[k][sm]) continue;
-            qsort(span[k][sm], (size_t)nspan[k][sm], sizeof(double), cmp_double);
-            med[ns++] = span[k][sm][nspan[k][sm] / 2];
+            med[ns++] = median_of(span[k][sm], nspan[k][sm]);
         }
         if (ns < 1) continue;
         qsort(med, (size_t)ns, sizeof med[0], cmp_double);
-        printf("  %s, %s: %.2f / %.2f / %.2f / %.2f / %.2f\n", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?", med[0],
+        printf("  %s: %.2f / %.2f / %.2f / %.2f / %.2f\n", kind_label(k), med[0],
                med[ns / 10], med[ns / 2], med[ns * 9 / 10], med[ns - 1]);
     }
 }
@@ -310,8 +317,7 @@ static void print_sm_lateness(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS]
  * (its end after its own release); medians over the kind's launches, us. */
 enum { SPAN_COLS = 9 };
 static void print_block_spans(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS],
-                              unsigned long long (*blocks)[MU_CU_STAGE_BLOCKS_MAX][3], int n, const char *const *kname,
-                              const char *const *qname) {
+                              unsigned long long (*blocks)[MU_CU_STAGE_BLOCKS_MAX][3], int n) {
     enum { NK = 16, MAXR = 1024 };
     static double col[NK][SPAN_COLS][MAXR];
     int cnt[NK] = {0};
@@ -344,14 +350,14 @@ static void print_block_spans(unsigned long long (*rows)[MU_CU_STAGE_STAMP_COLS]
            "spread |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int k = 0; k < NK; k++) {
         if (!cnt[k]) continue;
-        printf("| %s, %s | %d |", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?", cnt[k]);
+        printf("| %s | %d |", kind_label(k), cnt[k]);
         for (int j = 0; j < SPAN_COLS; j++) {
             qsort(col[k][j], (size_t)cnt[k], sizeof(double), cmp_double);
             printf(" %.2f |", col[k][j][cnt[k] / 2]);
         }
         printf("\n");
     }
-    print_sm_lateness(rows, blocks, n, kname, qname);
+    print_sm_lateness(rows, blocks, n);
 }
 
 /* --stage-stamps: each matvec launch of one token, globaltimer phases
@@ -402,8 +408,6 @@ static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
     }
     printf("stage stamps: %d matvec launches in one token at depth %lld (lab flags %u), us\n", launches,
            (long long)depth, extra);
-    static const char *kname[4] = {"store", "gate/up", "resnorm", "logits"};
-    static const char *qname[3] = {"int8 copied", "quantized", "norm-in"};
     printf("| launch kind | n | segment | median | sum over the token |\n|---|---:|---|---:|---:|\n");
     for (int k = 0; k < NK; k++) {
         if (!cnt[k]) continue;
@@ -411,11 +415,11 @@ static int run_stage_stamps(mu_backend *b, int64_t depth, unsigned extra) {
             double sum = 0;
             for (int i = 0; i < cnt[k]; i++) sum += seg[k][j][i];
             qsort(seg[k][j], (size_t)cnt[k], sizeof(double), cmp_double);
-            printf("| %s, %s | %d | %s | %.2f | %.1f |\n", kname[(k / 4) & 3], k % 4 < 3 ? qname[k % 4] : "?", cnt[k],
+            printf("| %s | %d | %s | %.2f | %.1f |\n", kind_label(k), cnt[k],
                    what[j], seg[k][j][cnt[k] / 2], sum);
         }
     }
-    print_block_spans(rows, blocks, n, kname, qname);
+    print_block_spans(rows, blocks, n);
     return 0;
 }
 
