@@ -10,6 +10,8 @@
  *   bench_cuda --chain   (no model: what a launch boundary costs a streaming
  *                         chain, against a grid barrier in one launch)
  *   bench_cuda --chain-rows (the same chain read with a matvec's addressing)
+ *   bench_cuda --chain-stage (the chain with the staging's dependent L2 rounds,
+ *                         and batches copied into shared memory during them)
  *
  * --quick times the default and one variant only, twice, alternating: the
  * lab flags FLAGS (MU_CU_LAB_*; default: short K-quant rows not packed).
@@ -77,7 +79,7 @@ static int run_chain(void) {
             for (int work = 0; work <= 40; work += 40)
                 for (int ser = 0; ser < 2; ser++) {
                     if (sh == 1 && (kernels[k][0] != 5 || work == 0)) continue;
-                    mu_cuda_lab_chain_cfg cfg = {{0}, 52, kernels[k][0], kernels[k][1], work, 7, 0, 0, 0, 0, 0, {0}};
+                    mu_cuda_lab_chain_cfg cfg = {{0}, 52, kernels[k][0], kernels[k][1], work, 7, 0, 0, 0, 0, 0, {0}, 0, 0, 0};
                     memcpy(cfg.seg_mb, sh ? rank2 : layer30, sizeof cfg.seg_mb);
                     if (ser) cfg.stage_us = 1.4, cfg.tail_us = 4.0;
                     mu_cuda_lab_chain_result r;
@@ -95,7 +97,7 @@ static int run_chain(void) {
                                    "one launch, barriers, next loads before each"};
     printf("\n| loads/lane | work | variant | ms | GB/s | us per boundary over the floor |\n|---:|---:|---|---:|---:|---:|\n");
     for (int work = 0; work <= 40; work += 40) {
-        mu_cuda_lab_chain_cfg cfg = {{0}, 52, 8, 0, work, 7, 1, 0, 0, 0, 0, {0}};
+        mu_cuda_lab_chain_cfg cfg = {{0}, 52, 8, 0, work, 7, 1, 0, 0, 0, 0, {0}, 0, 0, 0};
         memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
         mu_cuda_lab_chain_result r;
         if (mu_cuda_lab_chain(&cfg, &r) != 0) {
@@ -105,6 +107,46 @@ static int run_chain(void) {
         for (int v = 0; v < 5; v++)
             printf("| 8 | %d | %s | %.3f | %.0f | %.2f |\n", work, names[v], r.ms[v], r.gb / (r.ms[v] * 1e-3),
                    (r.ms[v] - r.ms[2]) * 1e3 / (cfg.segs - 1));
+    }
+    return 0;
+}
+
+/* --chain-stage: the layer chain with the staging as a chain of dependent
+ * L2 rounds and block sums (cu_lab.cu, lab_stage_kernel), and the warps'
+ * next batches copied into shared memory during it, all at once or one per
+ * round: does streaming during the chain hide it or slow it as much? */
+static int run_chain_stage(void) {
+    static const double layer30[4] = {33, 15.5, 150, 109};
+    static const struct {
+        int nb, rounds, depth, paced, mode;
+    } v[] = {{5, 0, 0, 0, 0}, {5, 3, 0, 0, 0}, {5, 6, 0, 0, 0}, {5, 6, 1, 0, 0}, {5, 6, 2, 0, 0}, {5, 6, 1, 1, 0},
+             {5, 6, 2, 1, 0}, {4, 6, 3, 0, 0}, {4, 6, 3, 1, 0}, {5, 3, 1, 1, 0}, {5, 3, 2, 1, 0}, {5, 0, 2, 0, 0},
+             {5, 6, 0, 0, 1}, {5, 6, 0, 0, 2}, {5, 6, 0, 0, 3}, {5, 12, 0, 0, 1}, {5, 12, 0, 0, 2}, {5, 12, 0, 0, 3},
+             {5, 3, 0, 0, 4}, {5, 6, 0, 0, 4}, {5, 3, 0, 0, 5}, {5, 6, 0, 0, 5}, {5, 2, 0, 0, 4}, {5, 2, 0, 0, 5}};
+    static const char *modes[6] = {"load + block sum", "block sum alone", "load + warp sum", "load + warp sum, warp 0",
+                                   "all rounds' loads as bulk copies at the wait + warp sum",
+                                   "the same, multicast in pairs"};
+    if (mu_cuda_probe() != 0) {
+        fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+        return 1;
+    }
+    double floor_ms = 0;
+    printf("| loads/lane | staging rounds | a round | batches copied during it | copies | ms PDL | GB/s | us per boundary "
+           "over no staging |\n|---:|---:|---|---:|---|---:|---:|---:|\n");
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+        mu_cuda_lab_chain_cfg cfg = {{0}, 52, v[k].nb, v[k].depth, 40, 7, 0, 0, 0, 0, 0, {0}, 0, v[k].paced, v[k].mode};
+        memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
+        cfg.stage_rounds = v[k].rounds > 0 ? v[k].rounds : -1; /* (-1: the staging kernel with no rounds) */
+        mu_cuda_lab_chain_result r;
+        if (mu_cuda_lab_chain(&cfg, &r) != 0) {
+            fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
+            return 1;
+        }
+        if (k == 0) floor_ms = r.ms[0];
+        printf("| %d | %d | %s | %d | %s | %.3f | %.0f | %.2f |\n", v[k].nb, v[k].rounds, modes[v[k].mode], v[k].depth,
+               v[k].depth ? (v[k].paced ? "one per round" : "all after the wait") : "-", r.ms[0],
+               r.gb / (r.ms[0] * 1e-3), (r.ms[0] - floor_ms) * 1e3 / (cfg.segs - 1));
+        fflush(stdout);
     }
     return 0;
 }
@@ -133,7 +175,7 @@ static int run_chain_rows(void) {
     printf("| addressing | work | ms PDL | ms no PDL | GB/s PDL |\n|---|---:|---:|---:|---:|\n");
     for (int work = 0; work <= 40; work += 20)
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
-            mu_cuda_lab_chain_cfg cfg = {{0}, 52, 5, 0, work, 7, 0, 0, 0, v[k].pattern, v[k].batch, {26, 16, 26, 26}};
+            mu_cuda_lab_chain_cfg cfg = {{0}, 52, 5, 0, work, 7, 0, 0, 0, v[k].pattern, v[k].batch, {26, 16, 26, 26}, 0, 0, 0};
             memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
             mu_cuda_lab_chain_result r;
             if (mu_cuda_lab_chain(&cfg, &r) != 0) {
@@ -439,6 +481,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quick")) quick = true;
         else if (!strcmp(a, "--chain")) return run_chain();
         else if (!strcmp(a, "--chain-rows")) return run_chain_rows();
+        else if (!strcmp(a, "--chain-stage")) return run_chain_stage();
         else if (!strcmp(a, "--stamps")) stamps = true;
         else if (!strcmp(a, "--stage-stamps")) stage_stamps = true;
         else if (!strcmp(a, "--alt") && v) alt = (unsigned)strtoul(v, NULL, 0), alt_set = true, i++;

@@ -7,6 +7,8 @@
  * matvec's shape). */
 #include <string.h>
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -31,7 +33,45 @@ struct LabChain {
     unsigned *counter;
     int pattern;         /* 0: contiguous batches; else a matvec's rows (lab_rows_kernel) */
     int row_blocks[4];   /* 256-weight blocks per row of each segment (pattern > 0) */
+    float *act;          /* lab_stage_kernel: what each launch writes at its end and the next one's staging reads */
+    int act_n;           /* floats in act */
+    int rounds;          /* lab_stage_kernel: the staging's dependent rounds */
+    int stage_mode;      /* lab_stage_kernel: 0 a round is a load + block sum; 1 the block sum alone (no load);
+                            2 the load + a warp sum (no barrier); 3 mode 2 in warp 0 alone, one barrier after;
+                            4 every round's 32 KB copied into shared memory by one bulk copy (TMA) issued right
+                            after the wait, then per round a warp sum (as mode 2); 5 mode 4 in clusters of
+                            two, each bulk copy multicast to both blocks (half the L2 reads) */
 };
+
+/* One mbarrier per round (phase 0 only) and bulk copies (TMA) into shared memory. */
+__device__ __forceinline__ uint32_t lab_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void lab_mbar_init(uint64_t *m) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(lab_smem(m)) : "memory");
+}
+__device__ __forceinline__ void lab_mbar_expect(uint64_t *m, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(lab_smem(m)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void lab_mbar_wait0(uint64_t *m) {
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "LAB_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n\t"
+                 "@!p bra LAB_WAIT_%=;\n}" ::"r"(lab_smem(m))
+                 : "memory");
+}
+__device__ __forceinline__ void lab_bulk(void *dst, const void *src, unsigned bytes, uint64_t *m, unsigned short mask) {
+    if (mask)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, "
+                     "[%3], %4;" ::"r"(lab_smem(dst)),
+                     "l"(src), "r"(bytes), "r"(lab_smem(m)), "h"(mask)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         lab_smem(dst)),
+                     "l"(src), "r"(bytes), "r"(lab_smem(m))
+                     : "memory");
+}
+#define LAB_ROUND_FLOATS 8192 /* a round's vector: 32 KB (the 30B's 26 KB rounded up) */
+#define LAB_ROUNDS_MAX 6
 
 __device__ __forceinline__ const uint4 *lab_seg_src(const LabChain &c, int s) {
     return c.base + c.region_elems * (s % c.regions);
@@ -74,6 +114,24 @@ __device__ __forceinline__ void lab_spin(uint32_t ns) {
     do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
 }
 
+/* A segment kernel's warp: its place in the grid, its segment's batches
+ * and source, its DEPTH shared-memory slots, and its first batch, loaded
+ * here (before the wait, as the matvec does). */
+template <int NB, int DEPTH>
+struct LabWarp {
+    int warp, lane;
+    int64_t W, gw, nb;
+    const uint4 *src;
+    uint4 *my;
+    uint4 r[NB];
+    __device__ LabWarp(const LabChain &c, int s, uint4 *ring)
+        : warp((int)(threadIdx.x >> 5)), lane((int)(threadIdx.x & 31)), W((int64_t)gridDim.x * LAB_WARPS),
+          gw((int64_t)blockIdx.x * LAB_WARPS + warp), nb(c.batches[s & 3]), src(lab_seg_src(c, s)),
+          my(ring + (size_t)warp * (DEPTH > 0 ? DEPTH : 1) * NB * 32) {
+        if (gw < nb) lab_load(r, src, gw, lane);
+    }
+};
+
 /* One segment per launch (launched in a graph, with or without PDL). The
  * warp's first batch goes into registers and its next DEPTH batches into
  * its shared-memory slots before the wait; after it, each batch taken from
@@ -83,13 +141,11 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_seg_kernel(const __grid
                                                                    unsigned *sink) {
     extern __shared__ uint4 lab_ring[];
     pdl_trigger();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t W = (int64_t)gridDim.x * LAB_WARPS, gw = (int64_t)blockIdx.x * LAB_WARPS + warp;
-    const int64_t nb = c.batches[s & 3];
-    const uint4 *src = lab_seg_src(c, s);
-    uint4 *my = lab_ring + (size_t)warp * (DEPTH > 0 ? DEPTH : 1) * NB * 32;
-    uint4 r[NB];
-    if (gw < nb) lab_load(r, src, gw, lane); /* before the wait, as the matvec */
+    LabWarp<NB, DEPTH> lw(c, s, lab_ring);
+    const int lane = lw.lane;
+    const int64_t W = lw.W, gw = lw.gw, nb = lw.nb;
+    const uint4 *src = lw.src;
+    uint4 *my = lw.my, (&r)[NB] = lw.r;
 #pragma unroll
     for (int d = 0; d < DEPTH; d++) lab_copy<NB>(my + d * NB * 32, src, gw + (d + 1) * W, lane, gw + (d + 1) * W < nb);
     pdl_wait();
@@ -125,6 +181,110 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_seg_kernel(const __grid
             }
         }
     }
+}
+
+/* --chain-stage: the staging as what it is in the engine, a chain of
+ * dependent rounds, each an L2 load per thread of the vector the previous
+ * launch wrote at its end, then a block sum (two barriers); and the
+ * question whether the warps' next DEPTH batches, copied into shared memory
+ * during that chain (PACED 0: all right after the wait; 1: one per round),
+ * hide the chain or slow it as much as they save (docs/cuda-notes.md,
+ * version 15: L2 prefetches did). After the chain a warp folds its first
+ * batch, issues its next register batch, then folds the copied ones. */
+template <int NB, int DEPTH, int PACED>
+__global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __grid_constant__ LabChain c, int s,
+                                                                     unsigned *sink) {
+    extern __shared__ uint4 lab_ring[];
+    __shared__ float red[LAB_WARPS];
+    __shared__ uint64_t mbar[LAB_ROUNDS_MAX];
+    pdl_trigger();
+    LabWarp<NB, DEPTH> lw(c, s, lab_ring);
+    const int warp = lw.warp, lane = lw.lane, mode = c.stage_mode;
+    const int64_t W = lw.W, gw = lw.gw, nb = lw.nb;
+    const uint4 *src = lw.src;
+    uint4 *my = lw.my, (&r)[NB] = lw.r;
+    if (mode >= 4) { /* the rounds' barriers, ready before the wait (and in every block of a pair) */
+        if (threadIdx.x == 0) {
+            for (int k = 0; k < c.rounds; k++) lab_mbar_init(&mbar[k]);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+        if (mode == 5) cooperative_groups::this_cluster().sync();
+    }
+    pdl_wait();
+    const float *bulk = reinterpret_cast<const float *>(lab_ring); /* (modes 4, 5: the rounds' vectors) */
+    if (mode >= 4 && threadIdx.x == 0) {
+        const unsigned rank = mode == 5 ? cooperative_groups::this_cluster().block_rank() : 0u;
+        for (int k = 0; k < c.rounds; k++) lab_mbar_expect(&mbar[k], LAB_ROUND_FLOATS * 4);
+        if (rank == 0)
+            for (int k = 0; k < c.rounds; k++)
+                lab_bulk(lab_ring + k * (LAB_ROUND_FLOATS / 4), c.act + k * LAB_ROUND_FLOATS, LAB_ROUND_FLOATS * 4, &mbar[k],
+                         mode == 5 ? (unsigned short)3 : (unsigned short)0);
+    }
+    int issued = 0;
+    auto copy_next = [&]() {
+        const int64_t b = gw + (int64_t)(issued + 1) * W;
+        lab_copy<NB>(my + issued * NB * 32, src, b, lane, b < nb);
+        issued++;
+    };
+    if (!PACED)
+        for (int d = 0; d < DEPTH; d++) copy_next();
+    const float4 *act4 = reinterpret_cast<const float4 *>(c.act);
+    const unsigned n4 = (unsigned)c.act_n / 4;
+    unsigned dep = 0;
+    for (int k = 0; k < c.rounds; k++) {
+        if (PACED && issued < DEPTH) copy_next();
+        if (mode == 3 && warp != 0) break;
+        float v = (float)dep;
+        if (mode >= 4) {
+            lab_mbar_wait0(&mbar[k]);
+            const unsigned i = (threadIdx.x * 2u + (unsigned)k * 97u + dep) % (LAB_ROUND_FLOATS / 4);
+            const float4 *b4 = reinterpret_cast<const float4 *>(bulk + k * LAB_ROUND_FLOATS);
+            const float4 a = b4[i], b = b4[(i + 1) % (LAB_ROUND_FLOATS / 4)];
+            v = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+        } else if (mode != 1) {
+            const unsigned i = (threadIdx.x * 2u + (unsigned)k * 97u + dep) % n4;
+            const float4 a = __ldcg(act4 + i), b = __ldcg(act4 + (i + 1) % n4);
+            v = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+        }
+        v = warp_sum(v);
+        float t = v;
+        if (mode <= 1) {
+            if (lane == 0) red[warp] = v;
+            __syncthreads();
+            t = 0.f;
+#pragma unroll
+            for (int w = 0; w < LAB_WARPS; w++) t += red[w];
+            __syncthreads();
+        }
+        dep = __float_as_uint(t) & 63u; /* the next round's addresses depend on this sum */
+    }
+    if (mode == 3) __syncthreads();
+    while (issued < DEPTH) copy_next();
+    unsigned acc = dep;
+    if (gw < nb) {
+        acc ^= lab_fold(r, c.work);
+        int64_t b = gw + (int64_t)(DEPTH + 1) * W;
+        if (b < nb) lab_load(r, src, b, lane); /* in flight while the copied batches are folded */
+        if (DEPTH) asm volatile("cp.async.wait_group 0;" ::: "memory");
+        for (int d = 0; d < DEPTH; d++) {
+            if (gw + (int64_t)(d + 1) * W >= nb) break;
+            uint4 t[NB];
+            const uint4 *sl = my + d * NB * 32;
+#pragma unroll
+            for (int i = 0; i < NB; i++) t[i] = sl[32 * i + lane];
+            acc ^= lab_fold(t, c.work);
+        }
+        while (b < nb) {
+            acc ^= lab_fold(r, c.work);
+            b += W;
+            if (b < nb) lab_load(r, src, b, lane);
+        }
+    }
+    if (DEPTH) asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if (threadIdx.x < 64) c.act[((unsigned)blockIdx.x * 64u + threadIdx.x) % (unsigned)c.act_n] = (float)(acc & 255u) * 1e-3f;
+    if (mode == 5) cooperative_groups::this_cluster().sync(); /* (no block leaves while its pair's copies land) */
+    if (acc == 0x9E3779B9u) *sink = acc;
 }
 
 /* A matvec's addressing instead of contiguous batches: warp gw takes rows
@@ -301,6 +461,15 @@ lab_seg_fn lab_rows_pick(int pattern, int batch_blocks) {
     return nullptr;
 }
 
+lab_seg_fn lab_stage_pick(int nb, int depth, int paced) {
+#define LAB_PICK(N, D, P) \
+    if (nb == N && depth == D && paced == P) return lab_stage_kernel<N, D, P>;
+    LAB_PICK(5, 0, 0) LAB_PICK(5, 1, 0) LAB_PICK(5, 2, 0) LAB_PICK(5, 1, 1) LAB_PICK(5, 2, 1)
+    LAB_PICK(4, 3, 0) LAB_PICK(4, 3, 1)
+#undef LAB_PICK
+    return nullptr;
+}
+
 lab_seg_fn lab_seg_pick(int nb, int depth) {
 #define LAB_PICK(N, D) \
     if (nb == N && depth == D) return lab_seg_kernel<N, D>;
@@ -338,12 +507,20 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     std::vector<float> t;
     const bool pdl_was = mu_cu_get_pdl();
     const bool rows = cfg->pattern > 0;
-    const lab_seg_fn seg = rows ? lab_rows_pick(cfg->pattern, cfg->batch_blocks) : lab_seg_pick(cfg->nb, cfg->depth);
+    const bool staged = cfg->stage_rounds != 0; /* (-1: the staging kernel with no rounds) */
+    const lab_seg_fn seg = staged ? lab_stage_pick(cfg->nb, cfg->depth, cfg->paced)
+                           : rows ? lab_rows_pick(cfg->pattern, cfg->batch_blocks)
+                                  : lab_seg_pick(cfg->nb, cfg->depth);
+    float *act = nullptr;
     void (*pers)(LabChain, int, unsigned *, unsigned *) =
         nbl == 4 ? lab_persistent_kernel<4> : nbl == 5 ? lab_persistent_kernel<5> : lab_persistent_kernel<8>;
-    const size_t smem = (size_t)LAB_WARPS * (cfg->depth > 0 ? cfg->depth : 0) * batch_elems * 16;
+    const bool bulk = staged && cfg->stage_mode >= 4;
+    const size_t smem = bulk ? (size_t)LAB_ROUND_FLOATS * 4 * LAB_ROUNDS_MAX
+                             : (size_t)LAB_WARPS * (cfg->depth > 0 ? cfg->depth : 0) * batch_elems * 16;
+    const int cluster = staged && cfg->stage_mode == 5 ? 2 : 1;
     memset(out, 0, sizeof *out);
-    if (!seg || cfg->segs < 2 || (rows && (cfg->persistent || cfg->depth)))
+    if (!seg || cfg->segs < 2 || (rows && (cfg->persistent || cfg->depth)) || (staged && (rows || cfg->persistent)) ||
+        (bulk && (cfg->depth || cfg->stage_rounds > LAB_ROUNDS_MAX)))
         return mu_fail(-2, "lab chain: no kernel for %d loads per lane at depth %d (pattern %d, batches of %d)", cfg->nb,
                        cfg->depth, cfg->pattern, cfg->batch_blocks);
     LCK(cudaGetDevice(&dev));
@@ -374,6 +551,12 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     LCK(cudaMemset(bar, 0, 64));
     c.base = buf;
     c.counter = bar + 8;
+    c.act_n = LAB_ROUND_FLOATS * LAB_ROUNDS_MAX; /* a vector per round (the 30B's 6656 floats, rounded up) */
+    c.rounds = cfg->stage_rounds > 0 ? cfg->stage_rounds : 0;
+    c.stage_mode = cfg->stage_mode;
+    LCK(cudaMalloc(&act, sizeof(float) * c.act_n));
+    LCK(cudaMemset(act, 0, sizeof(float) * c.act_n));
+    c.act = act;
     LCK(cudaFuncSetAttribute(seg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     LCK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     LCK(cudaEventCreate(&e0));
@@ -385,7 +568,7 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
         mu_cu_set_pdl(g == 0);
         LCK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         for (int s = 0; s < c.segs; s++) {
-            const cudaError_t e = launch_pdl(seg, dim3(sms), dim3(LAB_WARPS * 32), smem, st, c, s, sink);
+            const cudaError_t e = launch_pdl_cluster(seg, dim3(sms), dim3(LAB_WARPS * 32), smem, st, cluster, c, s, sink);
             if (e != cudaSuccess) {
                 cudaStreamEndCapture(st, &graph[g]);
                 LCK(e);
@@ -427,6 +610,7 @@ done:
     if (e1) cudaEventDestroy(e1);
     if (st) cudaStreamDestroy(st);
     cudaFree(buf);
+    cudaFree(act);
     cudaFree(bar);
     cudaFree(sink);
     return rc;

@@ -91,6 +91,10 @@ typedef struct mu_cuda_lab_chain_cfg {
     int pattern;        /* 0: contiguous batches; 1-5: a matvec's rows (cu_lab.cu, lab_rows_kernel) */
     int batch_blocks;   /* pattern > 0: blocks per batch (16 or 13) */
     int row_blocks[4];  /* pattern > 0: blocks per row of each segment (0: 26) */
+    int stage_rounds;   /* != 0: the staging as max(0, that) many dependent L2 rounds with block sums (lab_stage_kernel);
+                           depth: batches copied into shared memory during it */
+    int paced;          /* stage_rounds > 0: the copies one per round (1) or all after the wait (0) */
+    int stage_mode;     /* what a round is (cu_lab.cu, LabChain.stage_mode) */
 } mu_cuda_lab_chain_cfg;
 typedef struct mu_cuda_lab_chain_result {
     double ms[5];
