@@ -79,7 +79,7 @@ static int run_chain(void) {
             for (int work = 0; work <= 40; work += 40)
                 for (int ser = 0; ser < 2; ser++) {
                     if (sh == 1 && (kernels[k][0] != 5 || work == 0)) continue;
-                    mu_cuda_lab_chain_cfg cfg = {{0}, 52, kernels[k][0], kernels[k][1], work, 7, 0, 0, 0, 0, 0, {0}, 0, 0, 0};
+                    mu_cuda_lab_chain_cfg cfg = {{0}, 52, kernels[k][0], kernels[k][1], work, 7, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 0};
                     memcpy(cfg.seg_mb, sh ? rank2 : layer30, sizeof cfg.seg_mb);
                     if (ser) cfg.stage_us = 1.4, cfg.tail_us = 4.0;
                     mu_cuda_lab_chain_result r;
@@ -97,7 +97,7 @@ static int run_chain(void) {
                                    "one launch, barriers, next loads before each"};
     printf("\n| loads/lane | work | variant | ms | GB/s | us per boundary over the floor |\n|---:|---:|---|---:|---:|---:|\n");
     for (int work = 0; work <= 40; work += 40) {
-        mu_cuda_lab_chain_cfg cfg = {{0}, 52, 8, 0, work, 7, 1, 0, 0, 0, 0, {0}, 0, 0, 0};
+        mu_cuda_lab_chain_cfg cfg = {{0}, 52, 8, 0, work, 7, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 0};
         memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
         mu_cuda_lab_chain_result r;
         if (mu_cuda_lab_chain(&cfg, &r) != 0) {
@@ -118,33 +118,47 @@ static int run_chain(void) {
 static int run_chain_stage(void) {
     static const double layer30[4] = {33, 15.5, 150, 109};
     static const struct {
-        int nb, rounds, depth, paced, mode;
-    } v[] = {{5, 0, 0, 0, 0}, {5, 3, 0, 0, 0}, {5, 6, 0, 0, 0}, {5, 6, 1, 0, 0}, {5, 6, 2, 0, 0}, {5, 6, 1, 1, 0},
-             {5, 6, 2, 1, 0}, {4, 6, 3, 0, 0}, {4, 6, 3, 1, 0}, {5, 3, 1, 1, 0}, {5, 3, 2, 1, 0}, {5, 0, 2, 0, 0},
-             {5, 6, 0, 0, 1}, {5, 6, 0, 0, 2}, {5, 6, 0, 0, 3}, {5, 12, 0, 0, 1}, {5, 12, 0, 0, 2}, {5, 12, 0, 0, 3},
-             {5, 3, 0, 0, 4}, {5, 6, 0, 0, 4}, {5, 3, 0, 0, 5}, {5, 6, 0, 0, 5}, {5, 2, 0, 0, 4}, {5, 2, 0, 0, 5}};
-    static const char *modes[6] = {"load + block sum", "block sum alone", "load + warp sum", "load + warp sum, warp 0",
+        int nb, rounds, depth, paced, mode, l2;
+    } v[] = {{5, 0, 0, 0, 0, 0}, {5, 3, 0, 0, 0, 0}, {5, 6, 0, 0, 0, 0}, {5, 6, 1, 0, 0, 0}, {5, 6, 2, 0, 0, 0}, {5, 6, 1, 1, 0, 0},
+             {5, 6, 2, 1, 0, 0}, {4, 6, 3, 0, 0, 0}, {4, 6, 3, 1, 0, 0}, {5, 3, 1, 1, 0, 0}, {5, 3, 2, 1, 0, 0}, {5, 0, 2, 0, 0, 0},
+             {5, 6, 0, 0, 1, 0}, {5, 6, 0, 0, 2, 0}, {5, 6, 0, 0, 3, 0}, {5, 12, 0, 0, 1, 0}, {5, 12, 0, 0, 2, 0}, {5, 12, 0, 0, 3, 0},
+             {5, 3, 0, 0, 4, 0}, {5, 6, 0, 0, 4, 0}, {5, 3, 0, 0, 5, 0}, {5, 6, 0, 0, 5, 0}, {5, 2, 0, 0, 4, 0}, {5, 2, 0, 0, 5, 0},
+             {5, 6, 0, 0, 6, 0}, {5, 6, 1, 0, 6, 0}, {5, 6, 2, 0, 6, 0}, {5, 6, 0, 0, 6, 1}, {5, 6, 0, 0, 6, 2},
+             {5, 6, 0, 0, 6, 4}, {5, 6, 1, 0, 6, 2}, {5, 3, 0, 0, 6, 0}, {5, 3, 1, 0, 6, 0}, {5, 3, 0, 0, 6, 2},
+             {5, 3, 0, 0, 0, 0}, {5, 6, 0, 0, 0, 0}, {5, 0, 0, 0, 0, 0},
+             {5, 6, 0, 0, 1, 0}, {5, 6, 0, 0, 7, 0}, {5, 6, 0, 0, 8, 0}, {5, 6, 0, 0, 9, 0}, {5, 6, 0, 0, 10, 0},
+             {5, 12, 0, 0, 7, 0}, {5, 12, 0, 0, 8, 0}, {5, 12, 0, 0, 9, 0}, {5, 12, 0, 0, 10, 0}, {5, 3, 0, 0, 10, 0},
+             {5, 6, 0, 0, 11, 1}, {5, 6, 0, 0, 11, 2}, {5, 6, 0, 0, 11, 4}, {5, 6, 0, 0, 11, 8}, {5, 6, 0, 0, 11, 16},
+             {5, 6, 0, 0, 11, 132}, {5, 6, 0, 0, 0, 0}};
+    static const char *modes[12] = {"load + block sum", "block sum alone", "load + warp sum", "load + warp sum, warp 0",
                                    "all rounds' loads as bulk copies at the wait + warp sum",
-                                   "the same, multicast in pairs"};
+                                   "the same, multicast in pairs",
+                                   "load + block sum in the first block to arrive alone, the others wait on its flag, "
+                                   "then copy its 8 KB image",
+                                   "the engine's block_sum alone (no load)", "its two barriers alone",
+                                   "its two warp sums alone",
+                                   "load + block sum in warps 0-7 alone (4 loads a thread, named barriers)",
+                                   "load + block sum, block b reading replica b % R of the vectors (R in the L2 column)"};
     if (mu_cuda_probe() != 0) {
         fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
         return 1;
     }
     double floor_ms = 0;
-    printf("| loads/lane | staging rounds | a round | batches copied during it | copies | ms PDL | GB/s | us per boundary "
-           "over no staging |\n|---:|---:|---|---:|---|---:|---:|---:|\n");
+    printf("| loads/lane | staging rounds | a round | batches copied during it | copies | batches into L2 while waiting "
+           "| ms PDL | GB/s | us per boundary over no staging |\n|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
-        mu_cuda_lab_chain_cfg cfg = {{0}, 52, v[k].nb, v[k].depth, 40, 7, 0, 0, 0, 0, 0, {0}, 0, v[k].paced, v[k].mode};
+        mu_cuda_lab_chain_cfg cfg = {{0}, 52, v[k].nb, v[k].depth, 40, 7, 0, 0, 0, 0, 0, {0}, 0, v[k].paced, v[k].mode, 0};
         memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
         cfg.stage_rounds = v[k].rounds > 0 ? v[k].rounds : -1; /* (-1: the staging kernel with no rounds) */
+        cfg.l2_ahead = v[k].l2;
         mu_cuda_lab_chain_result r;
         if (mu_cuda_lab_chain(&cfg, &r) != 0) {
             fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
             return 1;
         }
         if (k == 0) floor_ms = r.ms[0];
-        printf("| %d | %d | %s | %d | %s | %.3f | %.0f | %.2f |\n", v[k].nb, v[k].rounds, modes[v[k].mode], v[k].depth,
-               v[k].depth ? (v[k].paced ? "one per round" : "all after the wait") : "-", r.ms[0],
+        printf("| %d | %d | %s | %d | %s | %d | %.3f | %.0f | %.2f |\n", v[k].nb, v[k].rounds, modes[v[k].mode],
+               v[k].depth, v[k].depth ? (v[k].paced ? "one per round" : "all after the wait") : "-", v[k].l2, r.ms[0],
                r.gb / (r.ms[0] * 1e-3), (r.ms[0] - floor_ms) * 1e3 / (cfg.segs - 1));
         fflush(stdout);
     }
@@ -175,7 +189,7 @@ static int run_chain_rows(void) {
     printf("| addressing | work | ms PDL | ms no PDL | GB/s PDL |\n|---|---:|---:|---:|---:|\n");
     for (int work = 0; work <= 40; work += 20)
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
-            mu_cuda_lab_chain_cfg cfg = {{0}, 52, 5, 0, work, 7, 0, 0, 0, v[k].pattern, v[k].batch, {26, 16, 26, 26}, 0, 0, 0};
+            mu_cuda_lab_chain_cfg cfg = {{0}, 52, 5, 0, work, 7, 0, 0, 0, v[k].pattern, v[k].batch, {26, 16, 26, 26}, 0, 0, 0, 0};
             memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
             mu_cuda_lab_chain_result r;
             if (mu_cuda_lab_chain(&cfg, &r) != 0) {

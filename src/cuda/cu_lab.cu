@@ -40,7 +40,17 @@ struct LabChain {
                             2 the load + a warp sum (no barrier); 3 mode 2 in warp 0 alone, one barrier after;
                             4 every round's 32 KB copied into shared memory by one bulk copy (TMA) issued right
                             after the wait, then per round a warp sum (as mode 2); 5 mode 4 in clusters of
-                            two, each bulk copy multicast to both blocks (half the L2 reads) */
+                            two, each bulk copy multicast to both blocks (half the L2 reads); 6 the first
+                            block to arrive (a ticket) does mode 0's rounds alone and writes an 8 KB image,
+                            then raises a flag; the others (rows dealt over them, none to the leader) copy
+                            their DEPTH batches into shared memory and prefetch l2_ahead batches into L2
+                            while they wait on the flag, then copy the image into shared memory (one round);
+                            7 the engine's block_sum alone (no load); 8 its two barriers alone; 9 its two warp sums
+                            alone; 10 mode 0 in warps 0-7 alone (4 loads a thread, named barriers); 11 mode 0
+                            with block b reading replica b % l2_ahead of the vectors (fewer readers a line) */
+    int l2_ahead;        /* mode 6: batches each waiting warp prefetches into L2 (bulk); mode 11: replicas */
+    unsigned long long *tickets; /* mode 6: per segment a ticket counter and the leader's flag (monotonic) */
+    float *image;        /* mode 6: the leader's 8 KB image */
 };
 
 /* One mbarrier per round (phase 0 only) and bulk copies (TMA) into shared memory. */
@@ -124,9 +134,10 @@ struct LabWarp {
     const uint4 *src;
     uint4 *my;
     uint4 r[NB];
-    __device__ LabWarp(const LabChain &c, int s, uint4 *ring)
-        : warp((int)(threadIdx.x >> 5)), lane((int)(threadIdx.x & 31)), W((int64_t)gridDim.x * LAB_WARPS),
-          gw((int64_t)blockIdx.x * LAB_WARPS + warp), nb(c.batches[s & 3]), src(lab_seg_src(c, s)),
+    /* vb, blocks: this block's place among the blocks that take rows (-1: none) */
+    __device__ LabWarp(const LabChain &c, int s, uint4 *ring, int vb = (int)blockIdx.x, int blocks = (int)gridDim.x)
+        : warp((int)(threadIdx.x >> 5)), lane((int)(threadIdx.x & 31)), W((int64_t)blocks * LAB_WARPS),
+          gw(vb < 0 ? INT64_MAX / 2 : (int64_t)vb * LAB_WARPS + warp), nb(c.batches[s & 3]), src(lab_seg_src(c, s)),
           my(ring + (size_t)warp * (DEPTH > 0 ? DEPTH : 1) * NB * 32) {
         if (gw < nb) lab_load(r, src, gw, lane);
     }
@@ -197,13 +208,22 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __gr
     extern __shared__ uint4 lab_ring[];
     __shared__ float red[LAB_WARPS];
     __shared__ uint64_t mbar[LAB_ROUNDS_MAX];
+    __shared__ unsigned long long ticket;
+    __shared__ __align__(16) float img_sm[2048];
     pdl_trigger();
-    LabWarp<NB, DEPTH> lw(c, s, lab_ring);
-    const int warp = lw.warp, lane = lw.lane, mode = c.stage_mode;
+    const int mode = c.stage_mode;
+    if (mode == 6) { /* a ticket before the preload: it decides the rows (the leader takes none) */
+        if (threadIdx.x == 0) ticket = atomicAdd(c.tickets + 2 * s, 1ull);
+        __syncthreads();
+    }
+    const int role = mode == 6 ? (int)(ticket % gridDim.x) : (int)blockIdx.x;
+    const unsigned long long gen = mode == 6 ? ticket / gridDim.x + 1 : 0;
+    LabWarp<NB, DEPTH> lw(c, s, lab_ring, mode == 6 ? role - 1 : role, mode == 6 ? (int)gridDim.x - 1 : (int)gridDim.x);
+    const int warp = lw.warp, lane = lw.lane;
     const int64_t W = lw.W, gw = lw.gw, nb = lw.nb;
     const uint4 *src = lw.src;
     uint4 *my = lw.my, (&r)[NB] = lw.r;
-    if (mode >= 4) { /* the rounds' barriers, ready before the wait (and in every block of a pair) */
+    if (mode == 4 || mode == 5) { /* the rounds' barriers, ready before the wait (and in every block of a pair) */
         if (threadIdx.x == 0) {
             for (int k = 0; k < c.rounds; k++) lab_mbar_init(&mbar[k]);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -213,7 +233,7 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __gr
     }
     pdl_wait();
     const float *bulk = reinterpret_cast<const float *>(lab_ring); /* (modes 4, 5: the rounds' vectors) */
-    if (mode >= 4 && threadIdx.x == 0) {
+    if ((mode == 4 || mode == 5) && threadIdx.x == 0) {
         const unsigned rank = mode == 5 ? cooperative_groups::this_cluster().block_rank() : 0u;
         for (int k = 0; k < c.rounds; k++) lab_mbar_expect(&mbar[k], LAB_ROUND_FLOATS * 4);
         if (rank == 0)
@@ -227,29 +247,78 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __gr
         lab_copy<NB>(my + issued * NB * 32, src, b, lane, b < nb);
         issued++;
     };
-    if (!PACED)
+    if (!PACED && !(mode == 6 && role == 0))
         for (int d = 0; d < DEPTH; d++) copy_next();
     const float4 *act4 = reinterpret_cast<const float4 *>(c.act);
     const unsigned n4 = (unsigned)c.act_n / 4;
     unsigned dep = 0;
-    for (int k = 0; k < c.rounds; k++) {
+    if (mode == 6 && role != 0) {
+        if (lane == 0)
+            for (int d = 0; d < c.l2_ahead; d++) {
+                const int64_t b = gw + (int64_t)(DEPTH + 1 + d) * W;
+                if (b < nb)
+                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src + b * (32 * NB)), "r"(32 * NB * 16)
+                                 : "memory");
+            }
+        if (threadIdx.x == 0) {
+            unsigned long long f;
+            do asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(f) : "l"(c.tickets + 2 * s + 1) : "memory");
+            while (f < gen);
+        }
+        __syncthreads();
+        const float2 v = __ldcg(reinterpret_cast<const float2 *>(c.image) + threadIdx.x);
+        reinterpret_cast<float2 *>(img_sm)[threadIdx.x] = v;
+        __syncthreads();
+        dep = __float_as_uint(img_sm[(threadIdx.x * 7u) & 2047u]) & 63u;
+    }
+    for (int k = 0; k < (mode == 6 && role != 0 ? 0 : c.rounds); k++) {
         if (PACED && issued < DEPTH) copy_next();
         if (mode == 3 && warp != 0) break;
         float v = (float)dep;
-        if (mode >= 4) {
+        if (mode == 4 || mode == 5) {
             lab_mbar_wait0(&mbar[k]);
             const unsigned i = (threadIdx.x * 2u + (unsigned)k * 97u + dep) % (LAB_ROUND_FLOATS / 4);
             const float4 *b4 = reinterpret_cast<const float4 *>(bulk + k * LAB_ROUND_FLOATS);
             const float4 a = b4[i], b = b4[(i + 1) % (LAB_ROUND_FLOATS / 4)];
             v = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
-        } else if (mode != 1) {
+        } else if (mode == 10) { /* 8 warps load the round's 32 KB: 4 x 16-byte pairs a thread */
+            if (warp >= 8) break;
+            v = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const unsigned i = ((threadIdx.x + 256u * j) * 2u + (unsigned)k * 97u + dep) % n4;
+                const float4 a = __ldcg(act4 + i), b = __ldcg(act4 + (i + 1) % n4);
+                v += a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+            }
+        } else if ((mode != 1 && mode < 7) || mode == 11) {
+            /* (mode 11: this block's replica of the vectors, one of l2_ahead) */
+            const float4 *v4 = mode == 11 ? act4 + (size_t)(blockIdx.x % (unsigned)c.l2_ahead) * n4 : act4;
             const unsigned i = (threadIdx.x * 2u + (unsigned)k * 97u + dep) % n4;
-            const float4 a = __ldcg(act4 + i), b = __ldcg(act4 + (i + 1) % n4);
+            const float4 a = __ldcg(v4 + i), b = __ldcg(v4 + (i + 1) % n4);
             v = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
         }
+        float t;
+        if (mode == 7) { /* the engine's block_sum (cu_device.cuh) */
+            t = block_sum(v + (float)lane, red);
+        } else if (mode == 8) { /* its two barriers alone (one smem word carries the dependency) */
+            __syncthreads();
+            if (threadIdx.x == 0) red[0] = v + 1.0f;
+            __syncthreads();
+            t = red[0];
+        } else if (mode == 9) { /* its two warp sums alone */
+            t = warp_sum(warp_sum(v + (float)lane) + (float)lane);
+        } else {
         v = warp_sum(v);
-        float t = v;
-        if (mode <= 1) {
+        t = v;
+        }
+        if (mode == 10) { /* block_sum over warps 0-7, a named barrier of 256 threads */
+            v = warp_sum(v);
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            if (lane == 0) red[warp + 8 * (k & 1)] = v;
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            t = warp_sum(lane < 8 ? red[lane + 8 * (k & 1)] : 0.f);
+        }
+        if (mode <= 1 || mode == 6 || mode == 11) {
             if (lane == 0) red[warp] = v;
             __syncthreads();
             t = 0.f;
@@ -259,7 +328,16 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __gr
         }
         dep = __float_as_uint(t) & 63u; /* the next round's addresses depend on this sum */
     }
-    if (mode == 3) __syncthreads();
+    if (mode == 3 || mode == 10) __syncthreads();
+    if (mode == 6 && role == 0) { /* the image, then the flag */
+        reinterpret_cast<float2 *>(c.image)[threadIdx.x] = make_float2((float)dep, (float)(dep + threadIdx.x));
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(c.tickets + 2 * s + 1), "l"(gen) : "memory");
+        }
+        return;
+    }
     while (issued < DEPTH) copy_next();
     unsigned acc = dep;
     if (gw < nb) {
@@ -511,10 +589,11 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     const lab_seg_fn seg = staged ? lab_stage_pick(cfg->nb, cfg->depth, cfg->paced)
                            : rows ? lab_rows_pick(cfg->pattern, cfg->batch_blocks)
                                   : lab_seg_pick(cfg->nb, cfg->depth);
-    float *act = nullptr;
+    float *act = nullptr, *image = nullptr;
+    unsigned long long *tickets = nullptr;
     void (*pers)(LabChain, int, unsigned *, unsigned *) =
         nbl == 4 ? lab_persistent_kernel<4> : nbl == 5 ? lab_persistent_kernel<5> : lab_persistent_kernel<8>;
-    const bool bulk = staged && cfg->stage_mode >= 4;
+    const bool bulk = staged && (cfg->stage_mode == 4 || cfg->stage_mode == 5);
     const size_t smem = bulk ? (size_t)LAB_ROUND_FLOATS * 4 * LAB_ROUNDS_MAX
                              : (size_t)LAB_WARPS * (cfg->depth > 0 ? cfg->depth : 0) * batch_elems * 16;
     const int cluster = staged && cfg->stage_mode == 5 ? 2 : 1;
@@ -554,8 +633,13 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     c.act_n = LAB_ROUND_FLOATS * LAB_ROUNDS_MAX; /* a vector per round (the 30B's 6656 floats, rounded up) */
     c.rounds = cfg->stage_rounds > 0 ? cfg->stage_rounds : 0;
     c.stage_mode = cfg->stage_mode;
-    LCK(cudaMalloc(&act, sizeof(float) * c.act_n));
-    LCK(cudaMemset(act, 0, sizeof(float) * c.act_n));
+    LCK(cudaMalloc(&tickets, sizeof(unsigned long long) * 2 * c.segs));
+    LCK(cudaMemset(tickets, 0, sizeof(unsigned long long) * 2 * c.segs));
+    LCK(cudaMalloc(&image, 8192));
+    LCK(cudaMemset(image, 0, 8192));
+    c.tickets = tickets, c.image = image, c.l2_ahead = cfg->l2_ahead;
+    LCK(cudaMalloc(&act, sizeof(float) * c.act_n * sms)); /* (mode 11: up to a replica per block) */
+    LCK(cudaMemset(act, 0, sizeof(float) * c.act_n * sms));
     c.act = act;
     LCK(cudaFuncSetAttribute(seg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     LCK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -611,6 +695,8 @@ done:
     if (st) cudaStreamDestroy(st);
     cudaFree(buf);
     cudaFree(act);
+    cudaFree(image);
+    cudaFree(tickets);
     cudaFree(bar);
     cudaFree(sink);
     return rc;
