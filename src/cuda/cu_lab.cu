@@ -307,16 +307,15 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __gr
             t = red[0];
         } else if (mode == 9) { /* its two warp sums alone */
             t = warp_sum(warp_sum(v + (float)lane) + (float)lane);
-        } else {
-        v = warp_sum(v);
-        t = v;
-        }
-        if (mode == 10) { /* block_sum over warps 0-7, a named barrier of 256 threads */
+        } else if (mode == 10) { /* block_sum over warps 0-7, a named barrier of 256 threads */
             v = warp_sum(v);
             asm volatile("bar.sync 1, 256;" ::: "memory");
             if (lane == 0) red[warp + 8 * (k & 1)] = v;
             asm volatile("bar.sync 1, 256;" ::: "memory");
             t = warp_sum(lane < 8 ? red[lane + 8 * (k & 1)] : 0.f);
+        } else {
+            v = warp_sum(v);
+            t = v;
         }
         if (mode <= 1 || mode == 6 || mode == 11) {
             if (lane == 0) red[warp] = v;
