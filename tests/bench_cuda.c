@@ -118,7 +118,7 @@ static int run_chain(void) {
 static int run_chain_stage(void) {
     static const double layer30[4] = {33, 15.5, 150, 109};
     static const struct {
-        int nb, rounds, depth, paced, mode, l2;
+        int nb, rounds, depth, paced, mode, arg;
     } v[] = {{5, 0, 0, 0, 0, 0}, {5, 3, 0, 0, 0, 0}, {5, 6, 0, 0, 0, 0}, {5, 6, 1, 0, 0, 0}, {5, 6, 2, 0, 0, 0}, {5, 6, 1, 1, 0, 0},
              {5, 6, 2, 1, 0, 0}, {4, 6, 3, 0, 0, 0}, {4, 6, 3, 1, 0, 0}, {5, 3, 1, 1, 0, 0}, {5, 3, 2, 1, 0, 0}, {5, 0, 2, 0, 0, 0},
              {5, 6, 0, 0, 1, 0}, {5, 6, 0, 0, 2, 0}, {5, 6, 0, 0, 3, 0}, {5, 12, 0, 0, 1, 0}, {5, 12, 0, 0, 2, 0}, {5, 12, 0, 0, 3, 0},
@@ -138,19 +138,19 @@ static int run_chain_stage(void) {
                                    "the engine's block_sum alone (no load)", "its two barriers alone",
                                    "its two warp sums alone",
                                    "load + block sum in warps 0-7 alone (4 loads a thread, named barriers)",
-                                   "load + block sum, block b reading replica b % R of the vectors (R in the L2 column)"};
+                                   "load + block sum, block b reading replica b % R of the vectors (R in the mode arg column)"};
     if (mu_cuda_probe() != 0) {
         fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
         return 1;
     }
     double floor_ms = 0;
-    printf("| loads/lane | staging rounds | a round | batches copied during it | copies | batches into L2 while waiting "
-           "| ms PDL | GB/s | us per boundary over no staging |\n|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
+    printf("| loads/lane | staging rounds | a round | batches copied during it | copies "
+           "| mode arg (6: batches into L2 while waiting; 11: replicas) | ms PDL | GB/s | us per boundary over no staging |\n|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
         mu_cuda_lab_chain_cfg cfg = {{0}, 52, v[k].nb, v[k].depth, 40, 7, 0, 0, 0, 0, 0, {0}, 0, v[k].paced, v[k].mode, 0};
         memcpy(cfg.seg_mb, layer30, sizeof cfg.seg_mb);
         cfg.stage_rounds = v[k].rounds > 0 ? v[k].rounds : -1; /* (-1: the staging kernel with no rounds) */
-        cfg.l2_ahead = v[k].l2;
+        cfg.mode_arg = v[k].arg;
         mu_cuda_lab_chain_result r;
         if (mu_cuda_lab_chain(&cfg, &r) != 0) {
             fprintf(stderr, "bench_cuda: %s\n", muser_last_error());
@@ -158,7 +158,7 @@ static int run_chain_stage(void) {
         }
         if (k == 0) floor_ms = r.ms[0];
         printf("| %d | %d | %s | %d | %s | %d | %.3f | %.0f | %.2f |\n", v[k].nb, v[k].rounds, modes[v[k].mode],
-               v[k].depth, v[k].depth ? (v[k].paced ? "one per round" : "all after the wait") : "-", v[k].l2, r.ms[0],
+               v[k].depth, v[k].depth ? (v[k].paced ? "one per round" : "all after the wait") : "-", v[k].arg, r.ms[0],
                r.gb / (r.ms[0] * 1e-3), (r.ms[0] - floor_ms) * 1e3 / (cfg.segs - 1));
         fflush(stdout);
     }

@@ -43,12 +43,12 @@ struct LabChain {
                             two, each bulk copy multicast to both blocks (half the L2 reads); 6 the first
                             block to arrive (a ticket) does mode 0's rounds alone and writes an 8 KB image,
                             then raises a flag; the others (rows dealt over them, none to the leader) copy
-                            their DEPTH batches into shared memory and prefetch l2_ahead batches into L2
+                            their DEPTH batches into shared memory and prefetch mode_arg batches into L2
                             while they wait on the flag, then copy the image into shared memory (one round);
                             7 the engine's block_sum alone (no load); 8 its two barriers alone; 9 its two warp sums
                             alone; 10 mode 0 in warps 0-7 alone (4 loads a thread, named barriers); 11 mode 0
-                            with block b reading replica b % l2_ahead of the vectors (fewer readers a line) */
-    int l2_ahead;        /* mode 6: batches each waiting warp prefetches into L2 (bulk); mode 11: replicas */
+                            with block b reading replica b % mode_arg of the vectors (fewer readers a line) */
+    int mode_arg;        /* mode 6: batches each waiting warp prefetches into L2 (bulk); mode 11: replicas */
     unsigned long long *tickets; /* mode 6: per segment a ticket counter and the leader's flag (monotonic) */
     float *image;        /* mode 6: the leader's 8 KB image */
 };
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __gr
     unsigned dep = 0;
     if (mode == 6 && role != 0) {
         if (lane == 0)
-            for (int d = 0; d < c.l2_ahead; d++) {
+            for (int d = 0; d < c.mode_arg; d++) {
                 const int64_t b = gw + (int64_t)(DEPTH + 1 + d) * W;
                 if (b < nb)
                     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src + b * (32 * NB)), "r"(32 * NB * 16)
@@ -291,8 +291,8 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_stage_kernel(const __gr
                 v += a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
             }
         } else if ((mode != 1 && mode < 7) || mode == 11) {
-            /* (mode 11: this block's replica of the vectors, one of l2_ahead) */
-            const float4 *v4 = mode == 11 ? act4 + (size_t)(blockIdx.x % (unsigned)c.l2_ahead) * n4 : act4;
+            /* (mode 11: this block's replica of the vectors, one of mode_arg) */
+            const float4 *v4 = mode == 11 ? act4 + (size_t)(blockIdx.x % (unsigned)c.mode_arg) * n4 : act4;
             const unsigned i = (threadIdx.x * 2u + (unsigned)k * 97u + dep) % n4;
             const float4 a = __ldcg(v4 + i), b = __ldcg(v4 + (i + 1) % n4);
             v = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
@@ -603,6 +603,11 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
                        cfg->depth, cfg->pattern, cfg->batch_blocks);
     LCK(cudaGetDevice(&dev));
     LCK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    /* mode 11 reads replica blockIdx % mode_arg of the act buffer, which holds one replica per SM */
+    if ((cfg->stage_mode == 11 && (cfg->mode_arg < 1 || cfg->mode_arg > sms)) ||
+        (cfg->stage_mode == 6 && cfg->mode_arg < 0))
+        return mu_fail(-2, "lab chain: stage mode %d cannot take mode_arg %d (%d SMs)", cfg->stage_mode, cfg->mode_arg,
+                       sms);
     c.pattern = cfg->pattern;
     for (int i = 0; i < 4; i++) {
         if (rows) { /* batches[] counts rows; 144 bytes per block */
@@ -636,7 +641,7 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     LCK(cudaMemset(tickets, 0, sizeof(unsigned long long) * 2 * c.segs));
     LCK(cudaMalloc(&image, 8192));
     LCK(cudaMemset(image, 0, 8192));
-    c.tickets = tickets, c.image = image, c.l2_ahead = cfg->l2_ahead;
+    c.tickets = tickets, c.image = image, c.mode_arg = cfg->mode_arg;
     LCK(cudaMalloc(&act, sizeof(float) * c.act_n * sms)); /* (mode 11: up to a replica per block) */
     LCK(cudaMemset(act, 0, sizeof(float) * c.act_n * sms));
     c.act = act;

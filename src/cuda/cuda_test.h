@@ -95,7 +95,7 @@ typedef struct mu_cuda_lab_chain_cfg {
                            depth: batches copied into shared memory during it */
     int paced;          /* stage_rounds > 0: the copies one per round (1) or all after the wait (0) */
     int stage_mode;     /* what a round is (cu_lab.cu, LabChain.stage_mode) */
-    int l2_ahead;       /* stage_mode 6: batches each waiting warp prefetches into L2; 11: the vectors' replicas */
+    int mode_arg;       /* stage_mode 6: batches each waiting warp prefetches into L2; 11: the vectors' replicas */
 } mu_cuda_lab_chain_cfg;
 typedef struct mu_cuda_lab_chain_result {
     double ms[5];
