@@ -40,8 +40,9 @@
 static uint64_t rng = 12345;
 static bool quick; /* MUSER_TEST_QUICK: lengths up to 6656 only (emulated runs) */
 
-static const uint32_t weight_types[] = {MU_TYPE_F32, MU_TYPE_F16, MU_TYPE_BF16, MU_TYPE_Q8_0,
-                                        MU_TYPE_Q4_0, MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K};
+static const uint32_t weight_types[] = {MU_TYPE_F32,  MU_TYPE_F16,  MU_TYPE_BF16,   MU_TYPE_Q8_0,  MU_TYPE_Q4_0,
+                                        MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K,   MU_TYPE_Q4_1,  MU_TYPE_Q5_0,
+                                        MU_TYPE_Q5_1, MU_TYPE_Q2_K, MU_TYPE_Q3_K,   MU_TYPE_IQ4_NL, MU_TYPE_IQ4_XS};
 
 static float *random_floats(int64_t n, float scale) {
     float *x = malloc(sizeof(float) * (size_t)(n + 16));

@@ -142,7 +142,7 @@ static void test_errors(void) {
     }
 }
 
-/* A Q2_K tensor is valid GGUF but not computable: clear error naming it. */
+/* An IQ2_XXS tensor is valid GGUF but not computable: clear error naming it. */
 static void test_unsupported_type(void) {
     tm_opts o = tm_defaults();
     o.n_embd = 256, o.n_ff = 256, o.head_dim = 64;
@@ -153,7 +153,7 @@ static void test_unsupported_type(void) {
     int rc = bind(&o, &f, &m, &buf);
     CHECKF(rc == 0, "%s", muser_last_error());
     release(f, &m, buf, rc);
-    /* Patch the first 2-D tensor's type id in the image to Q2_K (same block
+    /* Patch the first 2-D tensor's type id in the image to IQ2_XXS (same block
      * geometry in elements, different bytes: the reader then fails on size
      * or the model on type; both must be clear). */
     size_t size;
@@ -162,14 +162,14 @@ static void test_unsupported_type(void) {
     CHECK(rc == 0);
     uint64_t at = f->tensors[0].info_offset + 8 + strlen(f->tensors[0].name) + 4 + 8 * f->tensors[0].n_dims;
     gguf_close(f);
-    uint32_t iq = MU_TYPE_IQ4_XS; /* 256 elems per block, 136 bytes: smaller than Q4_K, stays in the file */
+    uint32_t iq = MU_TYPE_IQ2_XXS; /* 256 elems per block, 66 bytes: smaller than Q4_K, stays in the file */
     memcpy(buf + at, &iq, 4);
     rc = gguf_open_memory(buf, size, "tiny", &f);
     CHECKF(rc == 0, "%s", muser_last_error());
     if (!rc) {
         rc = mu_model_bind(f, &m);
         CHECK(rc == MUSER_EUNSUPPORTED);
-        CHECK(strstr(muser_last_error(), "token_embd.weight") && strstr(muser_last_error(), "IQ4_XS"));
+        CHECK(strstr(muser_last_error(), "token_embd.weight") && strstr(muser_last_error(), "IQ2_XXS"));
         if (!rc) mu_model_unbind(&m);
     }
     gguf_close(f);
@@ -325,5 +325,14 @@ int main(void) {
     engine_vs_ref(o, "mg-f16");
     o.weight_type = MU_TYPE_BF16;
     engine_vs_ref(o, "mg-bf16");
+    /* the exact-only formats */
+    static const struct { uint32_t type; const char *tag; } exact_only[] = {
+        {MU_TYPE_Q4_1, "mg-q4_1"}, {MU_TYPE_Q5_0, "mg-q5_0"},     {MU_TYPE_Q5_1, "mg-q5_1"},     {MU_TYPE_Q2_K, "mg-q2_k"},
+        {MU_TYPE_Q3_K, "mg-q3_k"}, {MU_TYPE_IQ4_NL, "mg-iq4_nl"}, {MU_TYPE_IQ4_XS, "mg-iq4_xs"},
+    };
+    for (size_t i = 0; i < sizeof exact_only / sizeof exact_only[0]; i++) {
+        o.weight_type = exact_only[i].type;
+        engine_vs_ref(o, exact_only[i].tag);
+    }
     return tl_finish("model");
 }

@@ -50,8 +50,10 @@ static const struct {
     {40, "NVFP4", 64, 36},    {41, "Q1_0", 128, 18},    {42, "Q2_0", 64, 18},
 };
 static const uint32_t removed_ids[] = {4, 5, 31, 32, 33, 36, 37, 38};
-static const uint32_t computable_ids[] = {MU_TYPE_F32,  MU_TYPE_F16,  MU_TYPE_Q4_0, MU_TYPE_Q8_0, MU_TYPE_Q8_1,
-                                          MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, MU_TYPE_Q8_K, MU_TYPE_BF16};
+static const uint32_t computable_ids[] = {
+    MU_TYPE_F32,  MU_TYPE_F16,  MU_TYPE_Q4_0, MU_TYPE_Q4_1, MU_TYPE_Q5_0,   MU_TYPE_Q5_1,   MU_TYPE_Q8_0, MU_TYPE_Q8_1,
+    MU_TYPE_Q2_K, MU_TYPE_Q3_K, MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K,   MU_TYPE_Q8_K,   MU_TYPE_BF16,
+    MU_TYPE_IQ4_NL, MU_TYPE_IQ4_XS};
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static bool is_computable(uint32_t id) {
@@ -864,6 +866,9 @@ static const struct {
     {MU_TYPE_Q4_0, 0.075, 0.090}, {MU_TYPE_Q8_0, 0.0046, 0.0058},  {MU_TYPE_Q8_1, 0.0049, 0.0053},
     {MU_TYPE_Q4_K, 0.029, 0.076}, {MU_TYPE_Q5_K, 0.0142, 0.038},   {MU_TYPE_Q6_K, 0.0142, 0.0173},
     {MU_TYPE_Q8_K, 0.0051, 0.0076},
+    {MU_TYPE_Q4_1, 0.031, 0.083}, {MU_TYPE_Q5_0, 0.038, 0.0435},  {MU_TYPE_Q5_1, 0.0157, 0.042},
+    {MU_TYPE_Q2_K, 0.111, 0.279}, {MU_TYPE_Q3_K, 0.113, 0.148},   {MU_TYPE_IQ4_NL, 0.0686, 0.0776},
+    {MU_TYPE_IQ4_XS, 0.0704, 0.0743},
 };
 
 static void test_special_inputs(void) {
@@ -893,8 +898,10 @@ static void test_special_inputs(void) {
             float worst = 0;
             for (int i = 0; i < N; i++)
                 if (i != 300) worst = fmaxf(worst, fabsf(y[i]));
-            CHECKF(worst <= (sign > 0 ? 0.0f : 0.1f), "%s: zeros beside a spike of %g become %g", name, x[300],
-                   worst);
+            /* the IQ4 tables have no 0 level: a zero becomes the nearest, +-d */
+            const bool zero_level = type != MU_TYPE_IQ4_NL && type != MU_TYPE_IQ4_XS;
+            CHECKF(worst <= (sign > 0 && zero_level ? 0.0f : 0.1f), "%s: zeros beside a spike of %g become %g", name,
+                   x[300], worst);
         }
 
         /* negative-dominated rows: all values below zero */
@@ -932,9 +939,9 @@ static void test_special_inputs(void) {
 static void test_dispatch(void) {
     float x[256] = {0}, y[256];
     uint8_t blocks[292] = {0};
-    CHECK(mu_dequant_row(MU_TYPE_Q2_K, blocks, y, 256) == MUSER_EUNSUPPORTED);
-    CHECK(strstr(muser_last_error(), "Q2_K") != NULL);
-    CHECK(mu_quant_row(MU_TYPE_IQ4_XS, x, blocks, 256) == MUSER_EUNSUPPORTED);
+    CHECK(mu_dequant_row(MU_TYPE_IQ2_XXS, blocks, y, 256) == MUSER_EUNSUPPORTED);
+    CHECK(strstr(muser_last_error(), "IQ2_XXS") != NULL);
+    CHECK(mu_quant_row(MU_TYPE_IQ3_S, x, blocks, 256) == MUSER_EUNSUPPORTED);
     CHECK(mu_dequant_row(4, blocks, y, 256) == MUSER_EINVAL);
     CHECK(mu_dequant_row(MU_TYPE_COUNT, blocks, y, 256) == MUSER_EINVAL);
     CHECK(mu_dequant_row(MU_TYPE_Q4_K, blocks, y, 100) == MUSER_EINVAL);
@@ -952,7 +959,9 @@ static void test_dispatch(void) {
 /* ==== synthetic blocks =================================================== */
 
 static const uint32_t random_types[] = {MU_TYPE_F32,  MU_TYPE_F16,  MU_TYPE_BF16, MU_TYPE_Q4_0, MU_TYPE_Q8_0,
-                                        MU_TYPE_Q8_1, MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, MU_TYPE_Q8_K};
+                                        MU_TYPE_Q8_1, MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, MU_TYPE_Q8_K,
+                                        MU_TYPE_Q4_1, MU_TYPE_Q5_0, MU_TYPE_Q5_1, MU_TYPE_Q2_K, MU_TYPE_Q3_K,
+                                        MU_TYPE_IQ4_NL, MU_TYPE_IQ4_XS};
 
 static bool finite_half(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
 
@@ -1037,7 +1046,7 @@ static void test_random_blocks(void) {
         CHECKF(type == MU_TYPE_F16 || count_nonfinite(y, n) == 0, "%s: huge scale gives non-finite values", name);
     }
     uint64_t state = 1;
-    CHECK(mu_random_blocks(MU_TYPE_Q2_K, blocks, 256, &state, 1.0f) == MUSER_EUNSUPPORTED);
+    CHECK(mu_random_blocks(MU_TYPE_IQ2_XXS, blocks, 256, &state, 1.0f) == MUSER_EUNSUPPORTED);
     CHECK(mu_random_blocks(MU_TYPE_Q4_K, blocks, 100, &state, 1.0f) == MUSER_EINVAL);
     CHECK(mu_random_blocks(MU_TYPE_Q4_K, blocks, 256, &state, NAN) == MUSER_EINVAL);
     CHECK(mu_random_blocks(MU_TYPE_Q4_K, blocks, 256, &state, -1.0f) == MUSER_EINVAL);

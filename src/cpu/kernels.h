@@ -134,6 +134,21 @@ typedef struct mu_cpu_kernels {
         MU_KERNELS_SET_TYPE_Q8(k, Q5_K);                                                                       \
         MU_KERNELS_SET_TYPE_Q8(k, Q6_K);                                                                       \
     } while (0)
+/* The exact-only formats: Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K.
+ * Their kernels dequantize a chunk with the scalar reference, then run an
+ * f32 dot product (SIMD on x86; NEON inherits the scalar ones). They have
+ * no fast-lane entries (mu_cpu_fast_type is false: both lanes take f32
+ * activations). */
+#define MU_KERNELS_SET_EXACT_ONLY_FORMATS(k)                                                                     \
+    do {                                                                                                       \
+        MU_KERNELS_SET_TYPE(k, Q4_1);                                                                          \
+        MU_KERNELS_SET_TYPE(k, Q5_0);                                                                          \
+        MU_KERNELS_SET_TYPE(k, Q5_1);                                                                          \
+        MU_KERNELS_SET_TYPE(k, IQ4_NL);                                                                        \
+        MU_KERNELS_SET_TYPE(k, IQ4_XS);                                                                        \
+        MU_KERNELS_SET_TYPE(k, Q2_K);                                                                          \
+        MU_KERNELS_SET_TYPE(k, Q3_K);                                                                          \
+    } while (0)
 #define MU_KERNELS_SET_HELPERS(k)                                                                                \
     do {                                                                                                       \
         (k)->quantize_act = quantize_act;                                                                      \

@@ -39,6 +39,14 @@ F32_WRAPPER(Q4_0)
 F32_WRAPPER(Q4_K)
 F32_WRAPPER(Q5_K)
 F32_WRAPPER(Q6_K)
+/* Formats with only the exact lane, on every ISA (kernels.h). */
+F32_WRAPPER(Q4_1)
+F32_WRAPPER(Q5_0)
+F32_WRAPPER(Q5_1)
+F32_WRAPPER(IQ4_NL)
+F32_WRAPPER(IQ4_XS)
+F32_WRAPPER(Q2_K)
+F32_WRAPPER(Q3_K)
 
 static void matvec_f32_F32(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) {
     for (int64_t r = 0; r < nr; r++) {
@@ -244,6 +252,13 @@ MATMUL_WRAPPERS(Q4_0)
 MATMUL_WRAPPERS(Q4_K)
 MATMUL_WRAPPERS(Q5_K)
 MATMUL_WRAPPERS(Q6_K)
+MATMUL_WRAPPERS(Q4_1)
+MATMUL_WRAPPERS(Q5_0)
+MATMUL_WRAPPERS(Q5_1)
+MATMUL_WRAPPERS(IQ4_NL)
+MATMUL_WRAPPERS(IQ4_XS)
+MATMUL_WRAPPERS(Q2_K)
+MATMUL_WRAPPERS(Q3_K)
 MATMUL_Q8_WRAPPERS(Q8_0)
 MATMUL_Q8_WRAPPERS(Q4_0)
 MATMUL_Q8_WRAPPERS(Q4_K)
@@ -307,6 +322,7 @@ const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
     mu_cpu_kernels *k = &scalar_table;
     if (k->isa) return k;
     MU_KERNELS_SET_FORMATS(k);
+    MU_KERNELS_SET_EXACT_ONLY_FORMATS(k);
     MU_KERNELS_SET_HELPERS(k);
     k->isa = "scalar";
     return k;

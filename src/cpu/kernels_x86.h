@@ -242,6 +242,49 @@ EXACT_FLOAT(F32, float, vf_load, f32_id)
 EXACT_FLOAT(F16, uint16_t, vf_from_f16, f16f)
 EXACT_FLOAT(BF16, uint16_t, vf_from_bf16, bf16f)
 
+/* ---- exact-only formats (kernels.h): the scalar reference dequantizes a
+ * chunk of the row into L1, SIMD multiplies it. The chunk (1024) is a whole
+ * number of blocks of every format. */
+#define VIA_CHUNK 1024
+static void matvec_via_dequant(uint32_t type, const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n,
+                               float *y) {
+    const mu_type_traits *tr = mu_type_get(type);
+    float buf[VIA_CHUNK] __attribute__((aligned(64)));
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb;
+        vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
+        for (int64_t i = 0; i < n; i += VIA_CHUNK) {
+            const int64_t m = n - i < VIA_CHUNK ? n - i : VIA_CHUNK; /* a multiple of 32 */
+            tr->dequant_row(row + (uint64_t)(i / tr->block_elems) * (uint64_t)tr->block_bytes, buf, m);
+            int64_t j = 0;
+            for (; j + 64 <= m; j += 64) {
+                a0 = vf_fma(vf_load(buf + j), vf_load(x + i + j), a0);
+                a1 = vf_fma(vf_load(buf + j + 16), vf_load(x + i + j + 16), a1);
+                a2 = vf_fma(vf_load(buf + j + 32), vf_load(x + i + j + 32), a2);
+                a3 = vf_fma(vf_load(buf + j + 48), vf_load(x + i + j + 48), a3);
+            }
+            for (; j < m; j += 16) a0 = vf_fma(vf_load(buf + j), vf_load(x + i + j), a0);
+        }
+        y[r] = vf_hsum(vf_add(vf_add(a0, a1), vf_add(a2, a3)));
+    }
+}
+
+#define EXACT_VIA_DEQUANT(fmt)                                                                                  \
+    static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
+        matvec_via_dequant(MU_TYPE_##fmt, w, rb, nr, x, n, y);                                                \
+    }                                                                                                         \
+    static void deq_##fmt(const void *src, float *out, int64_t nb) {                                          \
+        const mu_type_traits *tr = mu_type_get(MU_TYPE_##fmt);                                                \
+        tr->dequant_row(src, out, nb * tr->block_elems);                                                      \
+    }
+EXACT_VIA_DEQUANT(Q4_1)
+EXACT_VIA_DEQUANT(Q5_0)
+EXACT_VIA_DEQUANT(Q5_1)
+EXACT_VIA_DEQUANT(IQ4_NL)
+EXACT_VIA_DEQUANT(IQ4_XS)
+EXACT_VIA_DEQUANT(Q2_K)
+EXACT_VIA_DEQUANT(Q3_K)
+
 /* =====================================================================
  * Fast lane, K-quants: unpacked block (4 units of 64 unsigned values, their
  * 16-bit scale vectors, 16 mins for the bsums term, and the two f32 block
@@ -772,6 +815,13 @@ EXACT_MATMUL(Q4_0, 32, sizeof(mu_block_q4_0))
 EXACT_MATMUL(Q4_K, MU_QK_K, sizeof(mu_block_q4_K))
 EXACT_MATMUL(Q5_K, MU_QK_K, sizeof(mu_block_q5_K))
 EXACT_MATMUL(Q6_K, MU_QK_K, sizeof(mu_block_q6_K))
+EXACT_MATMUL(Q4_1, 32, sizeof(mu_block_q4_1))
+EXACT_MATMUL(Q5_0, 32, sizeof(mu_block_q5_0))
+EXACT_MATMUL(Q5_1, 32, sizeof(mu_block_q5_1))
+EXACT_MATMUL(IQ4_NL, 32, sizeof(mu_block_iq4_nl))
+EXACT_MATMUL(IQ4_XS, MU_QK_K, sizeof(mu_block_iq4_xs))
+EXACT_MATMUL(Q2_K, MU_QK_K, sizeof(mu_block_q2_K))
+EXACT_MATMUL(Q3_K, MU_QK_K, sizeof(mu_block_q3_K))
 
 /* =====================================================================
  * The fast-lane activation quantizer: bit-identical to the scalar rule
@@ -969,6 +1019,7 @@ static uint64_t stream_read(const void *p, size_t n) {
 static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     *k = *mu_cpu_kernels_scalar();
     MU_KERNELS_SET_FORMATS(k);
+    MU_KERNELS_SET_EXACT_ONLY_FORMATS(k);
     MU_KERNELS_SET_HELPERS(k);
 #if MU_X86_512
     k->matmul_q8_kp[MU_TYPE_Q4_K] = matmul_q8_kp_Q4_K;

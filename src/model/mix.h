@@ -17,6 +17,15 @@ typedef enum mu_mix {
     MU_MIX_Q4_K_M,   /* llama.cpp's Q4_K_M rule                              */
     MU_MIX_Q5_K_M,   /* llama.cpp's Q5_K_M rule                              */
     MU_MIX_META_17GB,/* Meta's official 17 GB file: Q4_K_M with a Q5_K output */
+    /* one type everywhere (the output too) */
+    MU_MIX_Q4_1,
+    MU_MIX_Q5_0,
+    MU_MIX_Q5_1,
+    MU_MIX_Q2_K,
+    MU_MIX_Q3_K,     /* "Q3_K_S"-like */
+    MU_MIX_IQ4_NL,
+    MU_MIX_IQ4_XS,
+    MU_MIX_Q3_K_M,   /* llama.cpp's Q3_K_M rule                              */
 } mu_mix;
 
 /* Parses "q4_k_m", "meta-17gb", ... ; -1 if unknown. */

@@ -92,6 +92,31 @@ uint16_t mu_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 typedef struct { uint16_t d; uint8_t qs[16]; } mu_block_q4_0;
 /* Q8_0: 32 weights, 8.5 bpw. y = d*q */
 typedef struct { uint16_t d; int8_t qs[32]; } mu_block_q8_0;
+/* Q4_1: 32 weights, 5 bpw. Nibbles as Q4_0; y = d*q + m, q in 0..15 */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } mu_block_q4_1;
+/* Q5_0: 32 weights, 5.5 bpw. Low 4 bits as Q4_0's nibbles; bit j of qh
+ * (little-endian u32) is the fifth bit of weight j. y = d*(q - 16) */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } mu_block_q5_0;
+/* Q5_1: Q5_0's bits with a min: y = d*q + m, q in 0..31 */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } mu_block_q5_1;
+/* IQ4_NL: 32 weights, 4.5 bpw. Nibbles as Q4_0 index a fixed table of 16
+ * levels (mu_iq4_levels); y = d*level */
+typedef struct { uint16_t d; uint8_t qs[16]; } mu_block_iq4_nl;
+/* IQ4_XS: 256 weights in 8 sub-blocks of 32, 4.25 bpw. Sub-block j has the
+ * 6-bit scale ls = (scales_l[j/2] >> 4*(j%2) & 15) | (scales_h >> 2j & 3) << 4,
+ * and its 16 bytes qs[16j..] hold its nibbles as IQ4_NL's; y = d*(ls-32)*level */
+typedef struct { uint16_t d, scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } mu_block_iq4_xs;
+/* Q2_K: 256 weights in 16 groups of 16, 2.625 bpw. scales[g]: low nibble
+ * the group's scale, high nibble its min. Half h (128 weights) uses bytes
+ * qs[32h..32h+31]; weight 128h + 32s + l takes bits 2s of qs[32h + l].
+ * y = (d*sc)*q - (dmin*m), q in 0..3 */
+typedef struct { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; } mu_block_q2_K;
+/* Q3_K: 256 weights in 16 groups of 16, 3.4375 bpw. The low 2 bits of q as
+ * Q2_K's qs; weight 128h + 32s + l has its third bit in bit 4h+s of
+ * hmask[l]. Sixteen 6-bit scales u_g: low 4 bits in scales[g] (g < 8) or
+ * scales[g-8] >> 4, high 2 bits scales[8 + g%4] >> 2*(g/4). y = d*(u_g-32)*q
+ * with q = low2 - (third bit ? 0 : 4), in -4..3 */
+typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; } mu_block_q3_K;
 /* Q4_K: 256 weights in 8 sub-blocks of 32, 4.5 bpw.
  *   d, dmin: f16 super-scales; scales[12]: eight 6-bit (scale, min) pairs:
  *     j < 4:  sc = s[j] & 63,                      m = s[j+4] & 63
@@ -121,6 +146,16 @@ _Static_assert(sizeof(mu_block_q5_K) == 176, "q5_K size");
 _Static_assert(sizeof(mu_block_q6_K) == 210, "q6_K size");
 _Static_assert(sizeof(mu_block_q8_K) == 292, "q8_K size");
 _Static_assert(sizeof(mu_block_q8_1) == 36, "q8_1 size");
+_Static_assert(sizeof(mu_block_q4_1) == 20, "q4_1 size");
+_Static_assert(sizeof(mu_block_q5_0) == 22, "q5_0 size");
+_Static_assert(sizeof(mu_block_q5_1) == 24, "q5_1 size");
+_Static_assert(sizeof(mu_block_iq4_nl) == 18, "iq4_nl size");
+_Static_assert(sizeof(mu_block_iq4_xs) == 136, "iq4_xs size");
+_Static_assert(sizeof(mu_block_q2_K) == 84, "q2_K size");
+_Static_assert(sizeof(mu_block_q3_K) == 110, "q3_K size");
+
+/* IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), ascending. */
+extern const int8_t mu_iq4_levels[16];
 
 /* Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
 static inline void mu_get_scale_min_k4(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
@@ -141,11 +176,11 @@ int mu_quant_row(uint32_t type, const float *src, void *dst, int64_t n);
 
 /* ---- per-format scalar references (n: a multiple of the block) -------- *
  * Dequantization follows ggml's float operation order exactly, so results
- * are bit-identical to ggml's dequantize_row_*. Quantizers: Q4_0, Q8_0, Q8_1
- * and Q8_K follow ggml's reference rules bit for bit (except that a block
+ * are bit-identical to ggml's dequantize_row_*. Quantizers: Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0, Q8_1 and Q8_K follow ggml's reference rules bit for bit (except that a block
  * scale beyond the f16 range saturates at 65504 where ggml would store inf);
- * Q4_K, Q5_K and Q6_K use Muser's own least-squares search (same format,
- * slightly lower error than ggml's reference quantizers). */
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS use Muser's own
+ * least-squares searches (same formats). */
 void mu_dequant_row_f32(const void *src, float *dst, int64_t n);
 void mu_dequant_row_f16(const void *src, float *dst, int64_t n);
 void mu_dequant_row_bf16(const void *src, float *dst, int64_t n);
@@ -156,6 +191,13 @@ void mu_dequant_row_q4_K(const void *src, float *dst, int64_t n);
 void mu_dequant_row_q5_K(const void *src, float *dst, int64_t n);
 void mu_dequant_row_q6_K(const void *src, float *dst, int64_t n);
 void mu_dequant_row_q8_K(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q4_1(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q5_0(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q5_1(const void *src, float *dst, int64_t n);
+void mu_dequant_row_iq4_nl(const void *src, float *dst, int64_t n);
+void mu_dequant_row_iq4_xs(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q2_K(const void *src, float *dst, int64_t n);
+void mu_dequant_row_q3_K(const void *src, float *dst, int64_t n);
 
 void mu_quant_row_f32(const float *src, void *dst, int64_t n);
 void mu_quant_row_f16(const float *src, void *dst, int64_t n);
@@ -172,6 +214,18 @@ void mu_quant_row_q6_K(const float *src, void *dst, int64_t n);
 /* Spec 7: max = the signed x of largest |x| (first wins), iscale = -127/max,
  * q = min(127, nearest_even(iscale*x)), d = 1/iscale, bsums per 16. */
 void mu_quant_row_q8_K(const float *src, void *dst, int64_t n);
+/* min/max of the block: d = (max-min)/15, m = min, q = min(15, trunc((x-min)/d + 0.5)) */
+void mu_quant_row_q4_1(const float *src, void *dst, int64_t n);
+/* d = max/-16 (max signed, as Q4_0), q = min(31, floor(x/d + 16.5)) */
+void mu_quant_row_q5_0(const float *src, void *dst, int64_t n);
+/* as Q4_1 with d = (max-min)/31, q in 0..31 */
+void mu_quant_row_q5_1(const float *src, void *dst, int64_t n);
+/* Muser's own searches (ggml's reference quantizers for these use
+ * importance searches of their own; the formats are the same). */
+void mu_quant_row_iq4_nl(const float *src, void *dst, int64_t n);
+void mu_quant_row_iq4_xs(const float *src, void *dst, int64_t n);
+void mu_quant_row_q2_K(const float *src, void *dst, int64_t n);
+void mu_quant_row_q3_K(const float *src, void *dst, int64_t n);
 
 /* ---- synthetic weights -------------------------------------------------- *
  * Writes n elements of random but valid, well-scaled blocks of `type`

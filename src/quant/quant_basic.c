@@ -1,5 +1,6 @@
 /* quant_basic.c — scalar reference rows for the plain and 32-element
- * formats (F32, F16, BF16, Q4_0, Q8_0, Q8_1) and the Q8_K activations.
+ * formats (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1) and the Q8_K
+ * activations.
  *
  * The quantizers here are the fixed rules llama.cpp uses (no search), so
  * the bytes they write are identical to ggml's reference quantizers, except
@@ -72,6 +73,123 @@ void mu_quant_row_q4_0(const float *src, void *dst, int64_t n) {
             int hi = clamp_to_int(floorf(src[j + MU_QK4_0 / 2] * inverse + 8.5f), 0, 15);
             blocks[b].qs[j] = (uint8_t)(lo | hi << 4);
         }
+    }
+}
+
+/* ---- Q4_1, Q5_1: an affine block (scale and min) ---------------------------
+ *   Q4_1: offset 0 d f16, 2 m f16, 4 qs[16] (nibbles as Q4_0)
+ *   Q5_1: offset 0 d f16, 2 m f16, 4 qh[4], 8 qs[16] (low bits as Q4_0,
+ *         bit j of qh, a little-endian u32, is the fifth bit of weight j)
+ *   y = q*d + m
+ * The quantizer maps [min, max] onto 0..levels-1: d = (max-min)/(levels-1),
+ * q = trunc((x-min)/d + 0.5), with 1/d taken before d is rounded to f16. */
+static float affine_block(const float *x, int levels, float *min_out, float *inverse) {
+    float min = x[0], max = x[0];
+    for (int j = 1; j < 32; j++) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / (float)(levels - 1);
+    *inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    *min_out = min;
+    return d;
+}
+
+/* The fifth bits of 32 levels as Q5_0/Q5_1 store them. */
+static void put_fifth_bits(const int *q, uint8_t qh[4]) {
+    uint32_t bits = 0;
+    for (int j = 0; j < 32; j++) bits |= (uint32_t)(q[j] >> 4 & 1) << j;
+    for (int i = 0; i < 4; i++) qh[i] = (uint8_t)(bits >> 8 * i);
+}
+
+static uint32_t get_fifth_bits(const uint8_t qh[4]) {
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
+void mu_dequant_row_q4_1(const void *src, float *dst, int64_t n) {
+    const mu_block_q4_1 *blocks = src;
+    for (int64_t b = 0; b < n / 32; b++, dst += 32) {
+        const float d = mu_half_to_float(blocks[b].d), m = mu_half_to_float(blocks[b].m);
+        for (int j = 0; j < 16; j++) {
+            dst[j] = (float)(blocks[b].qs[j] & 0x0F) * d + m;
+            dst[j + 16] = (float)(blocks[b].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+void mu_quant_row_q4_1(const float *src, void *dst, int64_t n) {
+    mu_block_q4_1 *blocks = dst;
+    for (int64_t b = 0; b < n / 32; b++, src += 32) {
+        float min, inverse;
+        blocks[b].d = mu_float_to_half_saturated(affine_block(src, 16, &min, &inverse));
+        blocks[b].m = mu_float_to_half_saturated(min);
+        for (int j = 0; j < 16; j++) {
+            /* (x-min)*inverse is in [0, 15], so the cast truncates a positive value */
+            int lo = clamp_to_int(truncf((src[j] - min) * inverse + 0.5f), 0, 15);
+            int hi = clamp_to_int(truncf((src[j + 16] - min) * inverse + 0.5f), 0, 15);
+            blocks[b].qs[j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+void mu_dequant_row_q5_1(const void *src, float *dst, int64_t n) {
+    const mu_block_q5_1 *blocks = src;
+    for (int64_t b = 0; b < n / 32; b++, dst += 32) {
+        const float d = mu_half_to_float(blocks[b].d), m = mu_half_to_float(blocks[b].m);
+        const uint32_t qh = get_fifth_bits(blocks[b].qh);
+        for (int j = 0; j < 16; j++) {
+            const int q0 = (blocks[b].qs[j] & 0x0F) | (int)(qh >> j & 1) << 4;
+            const int q1 = (blocks[b].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
+            dst[j] = (float)q0 * d + m;
+            dst[j + 16] = (float)q1 * d + m;
+        }
+    }
+}
+
+void mu_quant_row_q5_1(const float *src, void *dst, int64_t n) {
+    mu_block_q5_1 *blocks = dst;
+    for (int64_t b = 0; b < n / 32; b++, src += 32) {
+        float min, inverse;
+        blocks[b].d = mu_float_to_half_saturated(affine_block(src, 32, &min, &inverse));
+        blocks[b].m = mu_float_to_half_saturated(min);
+        int q[32];
+        for (int j = 0; j < 32; j++) q[j] = clamp_to_int(truncf((src[j] - min) * inverse + 0.5f), 0, 31);
+        for (int j = 0; j < 16; j++) blocks[b].qs[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+        put_fifth_bits(q, blocks[b].qh);
+    }
+}
+
+/* ---- Q5_0 ------------------------------------------------------------------
+ *   offset 0  d       f16
+ *   offset 2  qh[4]   fifth bits, as Q5_1
+ *   offset 6  qs[16]  low 4 bits, as Q4_0
+ *   y = (q - 16) * d,  q in 0..31
+ */
+void mu_dequant_row_q5_0(const void *src, float *dst, int64_t n) {
+    const mu_block_q5_0 *blocks = src;
+    for (int64_t b = 0; b < n / 32; b++, dst += 32) {
+        const float d = mu_half_to_float(blocks[b].d);
+        const uint32_t qh = get_fifth_bits(blocks[b].qh);
+        for (int j = 0; j < 16; j++) {
+            const int q0 = ((blocks[b].qs[j] & 0x0F) | (int)(qh >> j & 1) << 4) - 16;
+            const int q1 = ((blocks[b].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4) - 16;
+            dst[j] = (float)q0 * d;
+            dst[j + 16] = (float)q1 * d;
+        }
+    }
+}
+
+void mu_quant_row_q5_0(const float *src, void *dst, int64_t n) {
+    mu_block_q5_0 *blocks = dst;
+    for (int64_t b = 0; b < n / 32; b++, src += 32) {
+        /* as Q4_0: the signed max lands on the -16 end */
+        const float d = mu_signed_absmax(src, 32) / -16.0f;
+        const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+        blocks[b].d = mu_float_to_half_saturated(d);
+        int q[32];
+        for (int j = 0; j < 32; j++) q[j] = clamp_to_int(floorf(src[j] * inverse + 16.5f), 0, 31);
+        for (int j = 0; j < 16; j++) blocks[b].qs[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+        put_fifth_bits(q, blocks[b].qh);
     }
 }
 

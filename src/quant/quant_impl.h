@@ -18,6 +18,7 @@
 #endif
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -93,6 +94,16 @@ static inline uint16_t mu_float_to_half_saturated(float v) {
     return mu_float_to_half(v > MU_MAX_HALF ? MU_MAX_HALF : v < -MU_MAX_HALF ? -MU_MAX_HALF : v);
 }
 
+/* The least f16 >= v for a super-scale v >= 0, saturated at 65504 rather
+ * than inf. Rounding up keeps the largest sub-block scale within its
+ * integer range even where f16 is coarse (subnormal super-scales). */
+static inline uint16_t mu_half_at_least(float v) {
+    if (!(v < MU_MAX_HALF)) return mu_float_to_half(MU_MAX_HALF);
+    uint16_t h = mu_float_to_half(v);
+    if (mu_half_to_float(h) < v) h++;
+    return h;
+}
+
 static inline float mu_bfloat_to_float(uint16_t h) { return mu_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t mu_float_to_bfloat(float f) {
@@ -113,6 +124,18 @@ static inline float mu_signed_absmax(const float *x, int n) {
         }
     }
     return max;
+}
+
+/* One candidate level set L of a scale search for x ~ s*L, given its sums
+ * sum_lx = sum x*L and sum_ll = sum L^2: the least-squares s is
+ * sum_lx/sum_ll and the error sum x^2 - sum_lx^2/sum_ll, so the best set
+ * has the largest score sum_lx^2/sum_ll. Keeps the candidate (score and
+ * s) when it beats *best_score; returns whether it did. */
+static inline bool mu_keep_better_fit(double sum_lx, double sum_ll, float *best_score, float *best_scale) {
+    if (!(sum_ll > 0 && sum_lx * sum_lx / sum_ll > *best_score)) return false;
+    *best_score = (float)(sum_lx * sum_lx / sum_ll);
+    *best_scale = (float)(sum_lx / sum_ll);
+    return true;
 }
 
 /* Q8_K's bsums: the sum of the qs of each 16-element group. */

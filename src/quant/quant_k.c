@@ -1,4 +1,5 @@
-/* quant_k.c — scalar reference rows for the K-quants Q4_K, Q5_K, Q6_K.
+/* quant_k.c — scalar reference rows for the K-quants Q2_K, Q3_K, Q4_K,
+ * Q5_K and Q6_K.
  *
  * Dequantization is written in ggml's float operation order (for Q4_K:
  * d1 = d*sc and m1 = dmin*m as floats, then d1*q - m1), so it matches
@@ -14,7 +15,9 @@
  * exact error of the dequantized values. The fits are unweighted: they
  * minimise the plain squared error. On N(0,1) rows the relative RMS error
  * is Q4_K 0.0700, Q5_K 0.0346, Q6_K 0.0172 (ggml's reference quantizers:
- * 0.0714, 0.0362, 0.0178).
+ * 0.0714, 0.0362, 0.0178). Q2_K and Q3_K are the same searches on groups
+ * of 16 (Q2_K: the affine fit of Q4_K with 2-bit levels and 4-bit scales;
+ * Q3_K: Q6_K's signed fit with levels -4..3 and 6-bit scales).
  */
 #include "quant/quant_impl.h"
 
@@ -24,17 +27,7 @@
 
 static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* The least f16 >= v for a super-scale v >= 0, saturated at 65504 rather
- * than inf. Rounding up keeps the largest sub-block scale within its
- * integer range even where f16 is coarse (subnormal super-scales). */
-static uint16_t half_at_least(float v) {
-    if (!(v < MU_MAX_HALF)) return mu_float_to_half(MU_MAX_HALF);
-    uint16_t h = mu_float_to_half(v);
-    if (mu_half_to_float(h) < v) h++;
-    return h;
-}
-
-/* ==== Q4_K / Q5_K: eight sub-blocks of 32 with a 6-bit scale and min ====== */
+/* ==== Q2_K / Q4_K / Q5_K: sub-blocks with an unsigned scale and min ====== */
 
 /* Least-squares a, b for x ~ a*L + b with the format's constraints b <= 0
  * (it can only subtract a min) and a >= 0. Returns the squared error. */
@@ -112,14 +105,14 @@ static void fit_sub_block(const float *x, int n, int nmax, float *scale, float *
     *min = -best_b;
 }
 
-/* Squared error of a sub-block of 32 for integer scale sc and min m, with
+/* Squared error of a sub-block of n for integer scale sc and min m, with
  * each weight on its nearest level, computed exactly as the dequantizer
  * computes values. Writes those levels. */
-static float k4_error(const float *x, int nmax, float d, float dmin, int sc, int m, uint8_t *levels) {
+static float affine_error(const float *x, int n, int nmax, float d, float dmin, int sc, int m, uint8_t *levels) {
     const float d1 = d * (float)sc, m1 = dmin * (float)m;
     const float inverse = d1 > 0 ? 1.0f / d1 : 0.0f;
     float error = 0;
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < n; i++) {
         int q = clamp_int(mu_nearest_int((x[i] + m1) * inverse), 0, nmax);
         float diff = d1 * (float)q - m1 - x[i];
         levels[i] = (uint8_t)q;
@@ -128,28 +121,29 @@ static float k4_error(const float *x, int nmax, float d, float dmin, int sc, int
     return error;
 }
 
-/* Chooses the 6-bit scale and min of one sub-block against the stored
- * super-scales d and dmin: starts from the rounded ratios and moves to the
- * best of the eight neighbouring (sc, m) pairs until none is better, so
- * the result is a local optimum of the exact error. Writes the levels. */
-static void choose_scale_min(const float *x, int nmax, float d, float dmin, float scale, float min, uint8_t *sc_out,
-                             uint8_t *m_out, uint8_t *levels) {
-    int best_sc = d > 0 ? clamp_int(mu_nearest_int(scale / d), 0, 63) : 0;
-    int best_m = dmin > 0 ? clamp_int(mu_nearest_int(min / dmin), 0, 63) : 0;
-    float best_error = k4_error(x, nmax, d, dmin, best_sc, best_m, levels);
+/* Chooses the integer scale and min (0..smax) of one sub-block of n against
+ * the stored super-scales d and dmin: starts from the rounded ratios and
+ * moves to the best of the eight neighbouring (sc, m) pairs until none is
+ * better, so the result is a local optimum of the exact error. Writes the
+ * levels. */
+static void choose_scale_min(const float *x, int n, int nmax, int smax, float d, float dmin, float scale, float min,
+                             uint8_t *sc_out, uint8_t *m_out, uint8_t *levels) {
+    int best_sc = d > 0 ? clamp_int(mu_nearest_int(scale / d), 0, smax) : 0;
+    int best_m = dmin > 0 ? clamp_int(mu_nearest_int(min / dmin), 0, smax) : 0;
+    float best_error = affine_error(x, n, nmax, d, dmin, best_sc, best_m, levels);
     for (bool moved = true; moved;) {
         moved = false;
         const int center_sc = best_sc, center_m = best_m;
         for (int sc = center_sc - 1; sc <= center_sc + 1; sc++) {
             for (int m = center_m - 1; m <= center_m + 1; m++) {
-                if (sc < 0 || sc > 63 || m < 0 || m > 63 || (sc == center_sc && m == center_m)) continue;
+                if (sc < 0 || sc > smax || m < 0 || m > smax || (sc == center_sc && m == center_m)) continue;
                 uint8_t candidate[32];
-                float error = k4_error(x, nmax, d, dmin, sc, m, candidate);
+                float error = affine_error(x, n, nmax, d, dmin, sc, m, candidate);
                 if (error < best_error) {
                     best_error = error;
                     best_sc = sc;
                     best_m = m;
-                    memcpy(levels, candidate, sizeof candidate);
+                    memcpy(levels, candidate, (size_t)n);
                     moved = true;
                 }
             }
@@ -159,23 +153,63 @@ static void choose_scale_min(const float *x, int nmax, float d, float dmin, floa
     *m_out = (uint8_t)best_m;
 }
 
-/* Quantizes one 256-element super-block to levels 0..nmax (15 or 31) and
- * the header shared by Q4_K and Q5_K. */
-static void quantize_super_block_k4(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out, uint8_t packed[12],
-                                    uint8_t levels[256]) {
-    float scales[8], mins[8], max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; j++) {
-        fit_sub_block(x + 32 * j, 32, nmax, &scales[j], &mins[j]);
+/* Quantizes one 256-element super-block in sub-blocks of n (32: Q4_K and
+ * Q5_K, 16: Q2_K) to levels 0..nmax, integer scales and mins 0..smax, and
+ * the f16 super-scales d and dmin. */
+static void quantize_super_block_affine(const float *x, int n, int nmax, int smax, uint16_t *d_out,
+                                        uint16_t *dmin_out, uint8_t *sc, uint8_t *m, uint8_t levels[256]) {
+    float scales[16], mins[16], max_scale = 0, max_min = 0;
+    const int count = MU_QK_K / n;
+    for (int j = 0; j < count; j++) {
+        fit_sub_block(x + n * j, n, nmax, &scales[j], &mins[j]);
         max_scale = fmaxf(max_scale, scales[j]);
         max_min = fmaxf(max_min, mins[j]);
     }
-    *d_out = half_at_least(max_scale / 63.0f);
-    *dmin_out = half_at_least(max_min / 63.0f);
+    *d_out = mu_half_at_least(max_scale / (float)smax);
+    *dmin_out = mu_half_at_least(max_min / (float)smax);
     const float d = mu_half_to_float(*d_out), dmin = mu_half_to_float(*dmin_out);
+    for (int j = 0; j < count; j++)
+        choose_scale_min(x + n * j, n, nmax, smax, d, dmin, scales[j], mins[j], &sc[j], &m[j], levels + n * j);
+}
+
+/* Q4_K's and Q5_K's header: eight 6-bit (scale, min) pairs. */
+static void quantize_super_block_k4(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out, uint8_t packed[12],
+                                    uint8_t levels[256]) {
     uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; j++)
-        choose_scale_min(x + 32 * j, nmax, d, dmin, scales[j], mins[j], &sc[j], &m[j], levels + 32 * j);
+    quantize_super_block_affine(x, 32, nmax, 63, d_out, dmin_out, sc, m, levels);
     mu_pack_scales_k4(packed, sc, m);
+}
+
+/* ---- Q2_K ------------------------------------------------------------------
+ *   offset 0   scales[16] group g: scale = low nibble, min = high nibble
+ *   offset 16  qs[64]     half h (128 weights) = bytes 32h..32h+31; weight
+ *                         128h + 32s + l takes bits 2s..2s+1 of qs[32h + l]
+ *   offset 80  d, dmin    f16, f16
+ *   y = (d*sc)*q - (dmin*m), q in 0..3
+ */
+void mu_dequant_row_q2_K(const void *src, float *dst, int64_t n) {
+    const mu_block_q2_K *blocks = src;
+    for (int64_t b = 0; b < n / MU_QK_K; b++) {
+        const float d = mu_half_to_float(blocks[b].d), dmin = mu_half_to_float(blocks[b].dmin);
+        for (int w = 0; w < MU_QK_K; w += 16) { /* group g = w/16: one scale and min */
+            const uint8_t packed = blocks[b].scales[w / 16];
+            const float d1 = d * (float)(packed & 0x0F), m1 = dmin * (float)(packed >> 4);
+            const uint8_t *q = blocks[b].qs + 32 * (w / 128) + w % 32;
+            const int shift = 2 * (w % 128 / 32);
+            for (int l = 0; l < 16; l++) *dst++ = d1 * (float)(q[l] >> shift & 3) - m1;
+        }
+    }
+}
+
+void mu_quant_row_q2_K(const float *src, void *dst, int64_t n) {
+    mu_block_q2_K *blocks = dst;
+    for (int64_t b = 0; b < n / MU_QK_K; b++, src += MU_QK_K) {
+        uint8_t levels[MU_QK_K], sc[16], m[16];
+        quantize_super_block_affine(src, 16, 3, 15, &blocks[b].d, &blocks[b].dmin, sc, m, levels);
+        for (int g = 0; g < 16; g++) blocks[b].scales[g] = (uint8_t)(sc[g] | m[g] << 4);
+        memset(blocks[b].qs, 0, sizeof blocks[b].qs);
+        for (int w = 0; w < MU_QK_K; w++) blocks[b].qs[32 * (w / 128) + w % 32] |= (uint8_t)(levels[w] << 2 * (w % 128 / 32));
+    }
 }
 
 /* ---- Q4_K ------------------------------------------------------------------
@@ -255,58 +289,148 @@ void mu_quant_row_q5_K(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ==== Q6_K: sixteen groups of 16 with a signed 8-bit scale ================ */
+/* ==== Q3_K / Q6_K: sixteen groups of 16 with a signed integer scale ====== */
 
-/* Fits one group: x ~ s*L with L in -32..31 (s of either sign). Sweeps the
- * step that maps the largest |x| onto the -32 end (the end with no +32
- * counterpart), keeps the least-squares s of the best candidate, then
- * reassigns levels to the nearest until the error stops falling. */
-static float fit_group_q6(const float *x) {
+/* Fits one group: x ~ s*L with L in lmin..lmax = -lmin-1 (s of either
+ * sign). Sweeps the step that maps the largest |x| onto the lmin end (the
+ * end with no positive counterpart), keeps the least-squares s of the best
+ * candidate, then reassigns levels to the nearest until the error stops
+ * falling. */
+static float fit_group_signed(const float *x, int lmin, int lmax) {
     const float max = mu_signed_absmax(x, 16);
     if (max == 0) return 0;
     float best_score = -1, best_scale = 0;
-    /* for a fixed level set the error is sum x^2 - (sum xL)^2 / sum L^2 */
     for (int step = -10; step <= 10; step++) {
-        const float iscale = -(32.0f + 0.1f * (float)step) / max;
+        const float iscale = -((float)-lmin + 0.1f * (float)step) / max;
         double sum_lx = 0, sum_ll = 0;
         for (int i = 0; i < 16; i++) {
-            int l = clamp_int(mu_nearest_int(iscale * x[i]), -32, 31);
+            int l = clamp_int(mu_nearest_int(iscale * x[i]), lmin, lmax);
             sum_lx += (double)l * x[i];
             sum_ll += (double)l * l;
         }
-        if (sum_ll > 0 && sum_lx * sum_lx / sum_ll > best_score) {
-            best_score = sum_lx * sum_lx / sum_ll;
-            best_scale = (float)(sum_lx / sum_ll);
-        }
+        mu_keep_better_fit(sum_lx, sum_ll, &best_score, &best_scale);
     }
     for (int round = 0; round < 4 && best_scale != 0; round++) {
         const float inverse = 1.0f / best_scale;
         double sum_lx = 0, sum_ll = 0;
         for (int i = 0; i < 16; i++) {
-            int l = clamp_int(mu_nearest_int(x[i] * inverse), -32, 31);
+            int l = clamp_int(mu_nearest_int(x[i] * inverse), lmin, lmax);
             sum_lx += (double)l * x[i];
             sum_ll += (double)l * l;
         }
-        if (!(sum_ll > 0 && sum_lx * sum_lx / sum_ll > best_score)) break;
-        best_score = sum_lx * sum_lx / sum_ll;
-        best_scale = (float)(sum_lx / sum_ll);
+        if (!mu_keep_better_fit(sum_lx, sum_ll, &best_score, &best_scale)) break;
     }
     return best_scale;
 }
 
 /* Squared error of a group of 16 for the integer scale sc, each weight on
- * its nearest level; writes the levels (q + 32). */
-static float q6_error(const float *x, float d, int sc, uint8_t *levels) {
+ * its nearest level in lmin..lmax; writes the levels (q - lmin). */
+static float signed_error(const float *x, float d, int sc, int lmin, int lmax, uint8_t *levels) {
     const float d1 = d * (float)sc;
     const float inverse = d1 != 0 ? 1.0f / d1 : 0.0f;
     float error = 0;
     for (int i = 0; i < 16; i++) {
-        int q = clamp_int(mu_nearest_int(x[i] * inverse), -32, 31);
+        int q = clamp_int(mu_nearest_int(x[i] * inverse), lmin, lmax);
         float diff = d1 * (float)q - x[i];
-        levels[i] = (uint8_t)(q + 32);
+        levels[i] = (uint8_t)(q - lmin);
         error += diff * diff;
     }
     return error;
+}
+
+/* Quantizes a 256-element super-block in sixteen groups of 16 to levels
+ * lmin..lmax (stored as q - lmin) with integer scales smin..smax = -smin-1
+ * and one signed f16 super-scale. Returns false for an all-zero block
+ * (nothing written but zeros). */
+static bool quantize_super_block_signed(const float *x, int lmin, int lmax, int smin, int smax, uint16_t *d_out,
+                                        int sc_out[16], uint8_t levels[256]) {
+    float scales[16], max_scale = 0;
+    for (int g = 0; g < 16; g++) {
+        scales[g] = fit_group_signed(x + 16 * g, lmin, lmax);
+        if (fabsf(scales[g]) > fabsf(max_scale)) max_scale = scales[g];
+    }
+    *d_out = 0;
+    memset(sc_out, 0, 16 * sizeof *sc_out);
+    memset(levels, (uint8_t)-lmin, 256);
+    if (max_scale == 0) return false;
+    /* the largest scale goes to smin, the end with no positive counterpart */
+    const float d_wanted = max_scale / (float)smin;
+    *d_out = mu_half_at_least(fabsf(d_wanted));
+    if (d_wanted < 0) *d_out |= 0x8000;
+    const float d = mu_half_to_float(*d_out);
+    if (d == 0) return false;
+    for (int g = 0; g < 16; g++) {
+        const float *xg = x + 16 * g;
+        int best_sc = clamp_int(mu_nearest_int(scales[g] / d), smin, smax);
+        float best_error = signed_error(xg, d, best_sc, lmin, lmax, levels + 16 * g);
+        for (bool moved = true; moved;) { /* walk to a local optimum */
+            moved = false;
+            const int center = best_sc;
+            for (int sc = center - 1; sc <= center + 1; sc += 2) {
+                if (sc < smin || sc > smax) continue;
+                uint8_t candidate[16];
+                float error = signed_error(xg, d, sc, lmin, lmax, candidate);
+                if (error < best_error) {
+                    best_error = error;
+                    best_sc = sc;
+                    memcpy(levels + 16 * g, candidate, sizeof candidate);
+                    moved = true;
+                }
+            }
+        }
+        sc_out[g] = best_sc;
+    }
+    return true;
+}
+
+/* ---- Q3_K ------------------------------------------------------------------
+ *   offset 0    hmask[32]  third bits: weight 128h + 32s + l -> bit 4h+s of hmask[l]
+ *   offset 32   qs[64]     low 2 bits, as Q2_K's qs
+ *   offset 96   scales[12] sixteen 6-bit scales u_g: low 4 bits in byte g
+ *                          (g < 8) or the high nibble of byte g-8, high 2
+ *                          bits at bit 2*(g/4) of byte 8 + g%4
+ *   offset 108  d          f16
+ *   y = (d*(u_g - 32)) * q, q = low2 - (third bit ? 0 : 4), in -4..3
+ */
+static int q3_scale(const uint8_t s[12], int g) {
+    const int low = g < 8 ? s[g] & 0x0F : s[g - 8] >> 4;
+    return low | (s[8 + g % 4] >> 2 * (g / 4) & 3) << 4;
+}
+
+void mu_dequant_row_q3_K(const void *src, float *dst, int64_t n) {
+    const mu_block_q3_K *blocks = src;
+    for (int64_t b = 0; b < n / MU_QK_K; b++) {
+        const float d = mu_half_to_float(blocks[b].d);
+        for (int w = 0; w < MU_QK_K; w += 16) {
+            const float d1 = d * (float)(q3_scale(blocks[b].scales, w / 16) - 32);
+            const int l0 = w % 32, shift = w % 128 / 32, high = 4 * (w / 128) + shift;
+            const uint8_t *q = blocks[b].qs + 32 * (w / 128);
+            for (int l = l0; l < l0 + 16; l++)
+                *dst++ = d1 * (float)((q[l] >> 2 * shift & 3) - (blocks[b].hmask[l] >> high & 1 ? 0 : 4));
+        }
+    }
+}
+
+void mu_quant_row_q3_K(const float *src, void *dst, int64_t n) {
+    mu_block_q3_K *blocks = dst;
+    for (int64_t b = 0; b < n / MU_QK_K; b++, src += MU_QK_K) {
+        mu_block_q3_K *out = &blocks[b];
+        uint8_t levels[MU_QK_K]; /* q + 4, in 0..7 */
+        int sc[16];
+        memset(out, 0, sizeof *out);
+        quantize_super_block_signed(src, -4, 3, -32, 31, &out->d, sc, levels);
+        for (int g = 0; g < 16; g++) {
+            const int u = sc[g] + 32;
+            if (g < 8) out->scales[g] |= (uint8_t)(u & 15);
+            else out->scales[g - 8] |= (uint8_t)((u & 15) << 4);
+            out->scales[8 + g % 4] |= (uint8_t)((u >> 4) << 2 * (g / 4));
+        }
+        for (int w = 0; w < MU_QK_K; w++) {
+            const int l = w % 32, shift = w % 128 / 32;
+            out->qs[32 * (w / 128) + l] |= (uint8_t)((levels[w] & 3) << 2 * shift);
+            out->hmask[l] |= (uint8_t)((levels[w] >> 2) << (4 * (w / 128) + shift));
+        }
+    }
 }
 
 /* ---- Q6_K ------------------------------------------------------------------
@@ -345,42 +469,11 @@ void mu_quant_row_q6_K(const float *src, void *dst, int64_t n) {
     mu_block_q6_K *blocks = dst;
     for (int64_t b = 0; b < n / MU_QK_K; b++, src += MU_QK_K) {
         mu_block_q6_K *out = &blocks[b];
-        float scales[16], max_scale = 0;
-        for (int g = 0; g < 16; g++) {
-            scales[g] = fit_group_q6(src + 16 * g);
-            if (fabsf(scales[g]) > fabsf(max_scale)) max_scale = scales[g];
-        }
-        memset(out, 0, sizeof *out);
-        if (max_scale == 0) continue;
-        /* the largest scale goes to -128, the int8 end with no +128 */
-        const float d_wanted = max_scale / -128.0f;
-        out->d = half_at_least(fabsf(d_wanted));
-        if (d_wanted < 0) out->d |= 0x8000;
-        const float d = mu_half_to_float(out->d);
-        if (d == 0) continue;
-
         uint8_t levels[MU_QK_K]; /* q + 32, in 0..63 */
-        for (int g = 0; g < 16; g++) {
-            const float *x = src + 16 * g;
-            int best_sc = clamp_int(mu_nearest_int(scales[g] / d), -128, 127);
-            float best_error = q6_error(x, d, best_sc, levels + 16 * g);
-            for (bool moved = true; moved;) { /* walk to a local optimum */
-                moved = false;
-                const int center = best_sc;
-                for (int sc = center - 1; sc <= center + 1; sc += 2) {
-                    if (sc < -128 || sc > 127) continue;
-                    uint8_t candidate[16];
-                    float error = q6_error(x, d, sc, candidate);
-                    if (error < best_error) {
-                        best_error = error;
-                        best_sc = sc;
-                        memcpy(levels + 16 * g, candidate, sizeof candidate);
-                        moved = true;
-                    }
-                }
-            }
-            out->scales[g] = (int8_t)best_sc;
-        }
+        int sc[16];
+        memset(out, 0, sizeof *out);
+        if (!quantize_super_block_signed(src, -32, 31, -128, 127, &out->d, sc, levels)) continue;
+        for (int g = 0; g < 16; g++) out->scales[g] = (int8_t)sc[g];
         for (int h = 0; h < 2; h++) {
             const uint8_t *q = levels + 128 * h;
             uint8_t *ql = out->ql + 64 * h, *qh = out->qh + 32 * h;

@@ -13,6 +13,9 @@
  *   - int8 quants never take -128 (the quantizers never produce it, and
  *     sign tricks in SIMD dot products assume |q| <= 127).
  * Every half is finite: the scale is checked and d saturates at 65504.
+ * The other formats Muser can produce (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
+ * IQ4_NL, IQ4_XS: not in the synth mixes) quantize uniform random floats
+ * with their own quantizers, which is slower but equally valid.
  */
 #include "quant/quant_impl.h"
 
@@ -177,7 +180,18 @@ int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, f
         }
         return MUSER_OK;
     }
-    default:
-        return mu_fail(MUSER_EUNSUPPORTED, "random blocks of type %s are not supported", traits->name);
+    default: {
+        if (!traits->quant_row)
+            return mu_fail(MUSER_EUNSUPPORTED, "random blocks of type %s are not supported", traits->name);
+        float chunk[256]; /* a whole number of blocks of every format */
+        uint8_t *out = dst;
+        for (int64_t i = 0; i < n; i += 256) {
+            const int64_t count = n - i < 256 ? n - i : 256;
+            random_floats(chunk, count, rng_state, scale);
+            traits->quant_row(chunk, out, count);
+            out += mu_row_bytes(type, count);
+        }
+        return MUSER_OK;
+    }
     }
 }

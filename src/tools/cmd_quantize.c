@@ -37,7 +37,8 @@ static void convert_worker(void *ctx, int ith, int nth) {
 
 static void usage(FILE *out) {
     fprintf(out, "usage: muser quantize IN.gguf OUT.gguf TYPE [-t THREADS]\n"
-                 "TYPE: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k, or a mix: q4_k_m q5_k_m (llama.cpp's rules).\n"
+                 "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs (that type\n"
+                 "everywhere), or a mix: q3_k_m q4_k_m q5_k_m (llama.cpp's rules).\n"
                  "IN must hold f32, f16 or bf16 tensors. 1-D tensors (norms) stay f32.\n");
 }
 

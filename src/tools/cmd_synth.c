@@ -242,7 +242,7 @@ static void usage(FILE *out) {
     fprintf(out, "usage: muser synth --preset nano|micro|30b [--layers N] [--ctx N] [--mix f32|f16|q8_0|q4_k_m|q6_k|meta-17gb]\n"
                  "                   [--seed S] [--vocab VOCAB.gguf] [-t THREADS] -o FILE\n"
                  "Writes a synthetic Muse Glimmer model (random, well-scaled weights; a valid BPE vocabulary,\n"
-                 "or the tokenizer of VOCAB.gguf). Other mixes: bf16, q4_0, q4_k, q5_k, q5_k_m.\n");
+                 "or the tokenizer of VOCAB.gguf). Other mixes: every TYPE and mix of muser quantize.\n");
 }
 
 int cmd_synth(int argc, char **argv) {

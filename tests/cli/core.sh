@@ -35,7 +35,7 @@ expect_status 0 "$M" parity -m "$TMP/nano.gguf" --tokens "$TMP/tokens40.txt" --r
 max=$(sed 's/.*"max_abs": \([^,]*\),.*/\1/' "$TMP/out")
 awk -v m="$max" 'BEGIN { exit !(m <= 2e-4) }' && ok || bad "synth model vs float64: max_abs $max"
 expect_status 2 "$M" synth --preset huge -o "$TMP/x.gguf"
-expect_status 2 "$M" synth --preset nano --mix q3_k -o "$TMP/x.gguf"
+expect_status 2 "$M" synth --preset nano --mix q9_z -o "$TMP/x.gguf"
 
 # quantize: f32 -> q8_0 gives a loadable model close to the original
 expect_status 0 "$M" synth --preset nano --mix f32 -o "$TMP/f32.gguf"
