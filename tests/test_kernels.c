@@ -63,6 +63,15 @@ static void *random_rows(uint32_t type, int64_t rows, int64_t n, uint64_t *rb) {
 static void term_magnitudes(uint32_t type, const void *row, int64_t n, float *mag) {
     const mu_type_traits *tr = mu_type_get(type);
     const int64_t nb = n / tr->block_elems;
+    if (tr->int_block) { /* the integer view's two terms */
+        mu_int_block ib;
+        for (int64_t i = 0; i < nb; i++) {
+            tr->int_block((const uint8_t *)row + i * tr->block_bytes, &ib);
+            for (int j = 0; j < tr->block_elems; j++)
+                mag[i * tr->block_elems + j] = fabsf(ib.scale[j / 16] * (float)ib.q[j]) + (tr->int_offset ? fabsf(ib.offset[j / 16]) : 0.0f);
+        }
+        return;
+    }
     const uint64_t bytes = mu_row_bytes(type, n);
     uint8_t *a = malloc(bytes), *b = malloc(bytes);
     float *fa = malloc(sizeof(float) * (size_t)n), *fb = malloc(sizeof(float) * (size_t)n);
@@ -215,6 +224,45 @@ static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
                 /* row tiles of the exact matmul (48 rows x 4) and beyond */
                 if (n <= 1024) check_case(&c, n, 200, 9);
             }
+        }
+    }
+}
+
+/* ---- the scalar fast lane against float64 --------------------------------
+ * The reference the SIMD kernels are held to is itself held to the float64
+ * dot product of the dequantized weights with the dequantized activations
+ * (the integer dot products are exact; only the float sums round). */
+static void test_fast_reference(void) {
+    const mu_cpu_kernels *ref = mu_cpu_kernels_scalar();
+    static const int64_t lengths[] = {256, 512, 6656};
+    for (size_t ti = 0; ti < sizeof weight_types / sizeof weight_types[0]; ti++) {
+        const uint32_t type = weight_types[ti];
+        CHECKF(!ref->matvec_q8[type] == !mu_cpu_fast_type(type), "%s: mu_cpu_fast_type disagrees with the table",
+               mu_type_name(type));
+        if (!ref->matvec_q8[type]) continue;
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            const int64_t n = lengths[li], rows = 7;
+            uint64_t rb;
+            void *w = random_rows(type, rows, n, &rb);
+            float *x = random_floats(n, 1.0f), *wf = malloc(sizeof(float) * (size_t)n), *view = malloc(sizeof(float) * (size_t)n);
+            uint8_t *xq = malloc(mu_act_row_bytes(n));
+            ref->quantize_act(x, xq, n);
+            lane_view(true, x, xq, n, view);
+            float y[7];
+            ref->matvec_q8[type](w, rb, rows, xq, n, y);
+            int bad = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                const uint8_t *row = (const uint8_t *)w + r * rb;
+                mu_dequant_row(type, row, wf, n);
+                double dot = 0;
+                for (int64_t i = 0; i < n; i++) dot += (double)wf[i] * (double)view[i];
+                const double tol = budget(FAST_K, n, row_magnitude(type, row, view, n));
+                if (!(fabs(dot - (double)y[r]) <= tol) && bad++ < 3)
+                    fprintf(stderr, "  scalar %s fast n=%lld row %lld: %.9g, float64 %.9g (|d| %.3g > %.3g)\n",
+                            mu_type_name(type), (long long)n, (long long)r, y[r], dot, fabs(dot - (double)y[r]), tol);
+            }
+            CHECKF(bad == 0, "scalar %s fast lane n=%lld: %d rows off the float64 dot product", mu_type_name(type), (long long)n, bad);
+            free(w), free(x), free(wf), free(view), free(xq);
         }
     }
 }
@@ -398,6 +446,7 @@ int main(void) {
         printf("  %-9s %s\n", all[i]->isa, tl_failed == before ? "ok" : "FAILED");
     }
     test_kq_permute();
+    test_fast_reference();
     /* the scalar table against itself: a smoke test of the harness */
     test_elementwise(ref, ref);
     return tl_finish("kernels");

@@ -109,7 +109,7 @@ typedef struct mu_cpu_kernels {
 /* Sets every weight-format entry of a table from the functions named
  * matvec_f32_<TYPE>, matvec_q8_<TYPE>, matmul_f32_<TYPE> and
  * matmul_q8_<TYPE> (TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the
- * float types have no _q8 entries) that the including file defines; the
+ * float types have no _q8 entries; the integer-view formats below likewise) that the including file defines; the
  * helpers likewise from quantize_act, cvt_f16, attn_scores, attn_pv,
  * exp_sum, silu_mul, sigmoid_mul, softcap and stream_read. */
 #define MU_KERNELS_SET_TYPE(k, T)                                                                                \
@@ -134,20 +134,22 @@ typedef struct mu_cpu_kernels {
         MU_KERNELS_SET_TYPE_Q8(k, Q5_K);                                                                       \
         MU_KERNELS_SET_TYPE_Q8(k, Q6_K);                                                                       \
     } while (0)
-/* The exact-only formats: Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K.
- * Their kernels dequantize a chunk with the scalar reference, then run an
- * f32 dot product (SIMD on x86; NEON inherits the scalar ones). They have
- * no fast-lane entries (mu_cpu_fast_type is false: both lanes take f32
- * activations). */
-#define MU_KERNELS_SET_EXACT_ONLY_FORMATS(k)                                                                     \
+/* The other integer-view formats (quant.h; Q8_0 and Q4_0 are the first
+ * two): Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K. Fast lane: the
+ * blocks' small integers against the int8 activations (x86: one 32-byte
+ * signed dot product per 32 weights; the scalar reference of all nine goes
+ * through mu_int_block). Exact lane: a chunk is dequantized with the
+ * scalar reference, then an f32 dot product (SIMD on x86; NEON inherits
+ * the scalar kernels of both lanes for these seven). */
+#define MU_KERNELS_SET_INT_FORMATS(k)                                                                            \
     do {                                                                                                       \
-        MU_KERNELS_SET_TYPE(k, Q4_1);                                                                          \
-        MU_KERNELS_SET_TYPE(k, Q5_0);                                                                          \
-        MU_KERNELS_SET_TYPE(k, Q5_1);                                                                          \
-        MU_KERNELS_SET_TYPE(k, IQ4_NL);                                                                        \
-        MU_KERNELS_SET_TYPE(k, IQ4_XS);                                                                        \
-        MU_KERNELS_SET_TYPE(k, Q2_K);                                                                          \
-        MU_KERNELS_SET_TYPE(k, Q3_K);                                                                          \
+        MU_KERNELS_SET_TYPE_Q8(k, Q4_1);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, Q5_0);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, Q5_1);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, IQ4_NL);                                                                     \
+        MU_KERNELS_SET_TYPE_Q8(k, IQ4_XS);                                                                     \
+        MU_KERNELS_SET_TYPE_Q8(k, Q2_K);                                                                       \
+        MU_KERNELS_SET_TYPE_Q8(k, Q3_K);                                                                       \
     } while (0)
 #define MU_KERNELS_SET_HELPERS(k)                                                                                \
     do {                                                                                                       \
@@ -162,8 +164,9 @@ typedef struct mu_cpu_kernels {
         (k)->stream_read = stream_read;                                                                        \
     } while (0)
 
-/* True when the fast lane runs this weight type on int8 activations (the
- * quantized formats); float weights take f32 activations in both lanes. */
+/* True when the fast lane runs this weight type on int8 activations (every
+ * computable quantized format); float weights take f32 activations in both
+ * lanes. */
 bool mu_cpu_fast_type(uint32_t weight_type);
 
 /* The best table for this CPU; isa forces one ("scalar", "avx2", "avx512bw",

@@ -39,7 +39,7 @@ F32_WRAPPER(Q4_0)
 F32_WRAPPER(Q4_K)
 F32_WRAPPER(Q5_K)
 F32_WRAPPER(Q6_K)
-/* Formats with only the exact lane, on every ISA (kernels.h). */
+/* The integer-view formats (kernels.h). */
 F32_WRAPPER(Q4_1)
 F32_WRAPPER(Q5_0)
 F32_WRAPPER(Q5_1)
@@ -141,41 +141,46 @@ static void matvec_q8_Q6_K(const void *w, uint64_t rb, int64_t nr, const void *x
     }
 }
 
-/* Q8_0 / Q4_0: each 32-weight block spans activation groups 2i and 2i+1. */
-static void matvec_q8_32(uint32_t type, const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    const int64_t nb = n / 32;
+/* The formats with an integer view (quant.h): per group of 16, the exact
+ * integer dot product times the weight scale and the activation scale,
+ * plus the offset times ds (the group's activation sum). */
+static void matvec_q8_ints(uint32_t type, const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n,
+                           float *y) {
+    const mu_type_traits *tr = mu_type_get(type);
+    const int be = tr->block_elems, groups = be / MU_ACT_GROUP;
     const int8_t *aq = xq;
-    const float *ad = mu_act_d(xq, n);
+    const float *ad = mu_act_d(xq, n), *ads = mu_act_ds(xq, n);
+    mu_int_block ib;
     for (int64_t r = 0; r < nr; r++) {
         const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb;
         float sum = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            int32_t s[2] = {0, 0};
-            uint16_t d16;
-            if (type == MU_TYPE_Q8_0) {
-                const mu_block_q8_0 *b = (const mu_block_q8_0 *)row + i;
-                for (int l = 0; l < 32; l++) s[l / 16] += b->qs[l] * aq[32 * i + l];
-                d16 = b->d;
-            } else {
-                const mu_block_q4_0 *b = (const mu_block_q4_0 *)row + i;
-                for (int l = 0; l < 16; l++) {
-                    s[0] += ((b->qs[l] & 0xF) - 8) * aq[32 * i + l];
-                    s[1] += ((b->qs[l] >> 4) - 8) * aq[32 * i + l + 16];
-                }
-                d16 = b->d;
+        for (int64_t i = 0; i < n / be; i++) {
+            tr->int_block(row + i * tr->block_bytes, &ib);
+            for (int g = 0; g < groups; g++) {
+                const int64_t ag = i * groups + g;
+                int32_t s = 0;
+                for (int l = 0; l < MU_ACT_GROUP; l++) s += ib.q[MU_ACT_GROUP * g + l] * aq[MU_ACT_GROUP * ag + l];
+                sum += ib.scale[g] * (ad[ag] * (float)s);
+                if (tr->int_offset) sum += ib.offset[g] * ads[ag];
             }
-            sum += mu_f16_to_f32(d16) * (ad[2 * i] * (float)s[0] + ad[2 * i + 1] * (float)s[1]);
         }
         y[r] = sum;
     }
 }
 
-static void matvec_q8_Q8_0(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    matvec_q8_32(MU_TYPE_Q8_0, w, rb, nr, xq, n, y);
-}
-static void matvec_q8_Q4_0(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {
-    matvec_q8_32(MU_TYPE_Q4_0, w, rb, nr, xq, n, y);
-}
+#define Q8_INTS_WRAPPER(T)                                                                                     \
+    static void matvec_q8_##T(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {  \
+        matvec_q8_ints(MU_TYPE_##T, w, rb, nr, xq, n, y);                                                      \
+    }
+Q8_INTS_WRAPPER(Q8_0)
+Q8_INTS_WRAPPER(Q4_0)
+Q8_INTS_WRAPPER(Q4_1)
+Q8_INTS_WRAPPER(Q5_0)
+Q8_INTS_WRAPPER(Q5_1)
+Q8_INTS_WRAPPER(IQ4_NL)
+Q8_INTS_WRAPPER(IQ4_XS)
+Q8_INTS_WRAPPER(Q2_K)
+Q8_INTS_WRAPPER(Q3_K)
 
 /* The fast-lane quantizer (kernels.h): per group of 16, iscale = 127/amax,
  * q = nearest-even(x * iscale) (lrintf in the default rounding mode, as
@@ -264,6 +269,13 @@ MATMUL_Q8_WRAPPERS(Q4_0)
 MATMUL_Q8_WRAPPERS(Q4_K)
 MATMUL_Q8_WRAPPERS(Q5_K)
 MATMUL_Q8_WRAPPERS(Q6_K)
+MATMUL_Q8_WRAPPERS(Q4_1)
+MATMUL_Q8_WRAPPERS(Q5_0)
+MATMUL_Q8_WRAPPERS(Q5_1)
+MATMUL_Q8_WRAPPERS(IQ4_NL)
+MATMUL_Q8_WRAPPERS(IQ4_XS)
+MATMUL_Q8_WRAPPERS(Q2_K)
+MATMUL_Q8_WRAPPERS(Q3_K)
 
 /* ---- attention helpers ------------------------------------------------ */
 
@@ -322,7 +334,7 @@ const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
     mu_cpu_kernels *k = &scalar_table;
     if (k->isa) return k;
     MU_KERNELS_SET_FORMATS(k);
-    MU_KERNELS_SET_EXACT_ONLY_FORMATS(k);
+    MU_KERNELS_SET_INT_FORMATS(k);
     MU_KERNELS_SET_HELPERS(k);
     k->isa = "scalar";
     return k;
@@ -330,8 +342,8 @@ const mu_cpu_kernels *mu_cpu_kernels_scalar(void) {
 
 bool mu_cpu_fast_type(uint32_t weight_type) {
     switch (weight_type) {
-    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: case MU_TYPE_Q8_0: case MU_TYPE_Q4_0: return true;
-    default: return false;
+    case MU_TYPE_Q4_K: case MU_TYPE_Q5_K: case MU_TYPE_Q6_K: return true;
+    default: return mu_type_get(weight_type) && mu_type_get(weight_type)->int_block; /* the integer-view formats */
     }
 }
 

@@ -242,7 +242,7 @@ EXACT_FLOAT(F32, float, vf_load, f32_id)
 EXACT_FLOAT(F16, uint16_t, vf_from_f16, f16f)
 EXACT_FLOAT(BF16, uint16_t, vf_from_bf16, bf16f)
 
-/* ---- exact-only formats (kernels.h): the scalar reference dequantizes a
+/* ---- integer-view formats, exact lane (kernels.h): the scalar reference dequantizes a
  * chunk of the row into L1, SIMD multiplies it. The chunk (1024) is a whole
  * number of blocks of every format. */
 #define VIA_CHUNK 1024
@@ -675,50 +675,258 @@ EXACT_KQUANT_MATVEC(Q4_K, KQ_Q4_K)
 EXACT_KQUANT_MATVEC(Q5_K, KQ_Q5_K)
 EXACT_KQUANT_MATVEC(Q6_K, KQ_Q6_K)
 
-/* ---- fast lane, 32-element formats ---------------------------------------
- * One ymm per block: signed bytes times signed bytes (s8_dot32); its int32
- * lanes 0-3 cover activation group 2i and lanes 4-7 group 2i+1. */
-
-MU_INLINE __m256i q32_weights_Q8_0(const mu_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
-MU_INLINE __m256i q32_weights_Q4_0(const mu_block_q4_0 *b) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
-}
-
-/* [d[0] x4, d[1] x4] */
-MU_INLINE __m256 act_scales_2x4(const float *d) {
-    const __m256 two = _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d)));
-    return _mm256_permutevar8x32_ps(two, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-}
-
-#define FAST_32(fmt, block_t)                                                                                    \
-    static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
-        const int64_t nb = n / 32;                                                                             \
-        const int8_t *aq = xq;                                                                                 \
-        const float *ad = mu_act_d(xq, n);                                                                     \
-        for (int64_t r = 0; r < nr; r++) {                                                                     \
-            const block_t *b = (const block_t *)((const uint8_t *)w + (uint64_t)r * rb);                       \
-            __m256 acc = _mm256_setzero_ps();                                                                  \
-            for (int64_t i = 0; i < nb; i++) {                                                                 \
-                if (!(i & 1)) prefetch_span(&b[i], 2 * sizeof(block_t));                                      \
-                const __m256i p = s8_dot32(q32_weights_##fmt(&b[i]), _mm256_loadu_si256((const __m256i *)(aq + 32 * i))); \
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                                   \
-                                      _mm256_mul_ps(act_scales_2x4(ad + 2 * i), _mm256_set1_ps(f16f(b[i].d))), acc); \
-            }                                                                                                  \
-            y[r] = hsum256(acc);                                                                               \
-        }                                                                                                      \
-    }                                                                                                          \
+/* Prefill for the matvec-only formats: rows in tiles of 16 that stay in
+ * L1/L2 across the tokens. */
+#define MATMUL_Q8_BY_ROW_TILES(fmt)                                                                              \
     static void matmul_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, \
                                 int64_t T, float *y, int64_t ldy) {                                            \
-        /* rows in tiles of 16 that stay in L1/L2 across the tokens */                                         \
         for (int64_t r0 = 0; r0 < nr; r0 += 16)                                                                \
             for (int64_t t = 0; t < T; t++)                                                                    \
                 matvec_q8_##fmt((const uint8_t *)w + (uint64_t)r0 * rb, rb, nr - r0 < 16 ? nr - r0 : 16,      \
                                 (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy + r0);                  \
     }
-FAST_32(Q8_0, mu_block_q8_0)
-FAST_32(Q4_0, mu_block_q4_0)
+
+/* ---- fast lane, integer-view formats (kernels.h, quant.h) ----------------
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K. A chunk of 32
+ * weights is one ymm of signed bytes (iv_chunk_*), multiplied into the
+ * activations' 32 bytes by s8_dot32: int32 lanes 0-3 belong to activation
+ * group 2c, lanes 4-7 to group 2c+1. Four chunks' products fold into one
+ * vector of their eight group sums (group_sums4), which is converted and
+ * multiplied once by (weight scale x activation scale) of those groups;
+ * the offsets go through ds, eight groups per FMA. Superblock formats fold
+ * their 8 chunks in two such quads; the 32-element formats fold four
+ * consecutive blocks. */
+
+/* [group 2c of chunks 0..3 | group 2c+1 of chunks 0..3] */
+MU_INLINE __m256i group_sums4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+}
+/* Eight consecutive group values in group_sums4's lane order. */
+MU_INLINE __m256 quad_order(__m256 v) { return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)); }
+
+/* 16 bytes of packed nibbles as 32 values 0..15: the low nibbles (weights
+ * 0-15), then the high ones (16-31), the order of every 32-weight nibble
+ * layout. */
+MU_INLINE __m256i nibbles32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+/* Q5_0/Q5_1: bit j of the little-endian qh as 0x10 in byte j. */
+MU_INLINE __m256i fifth_bits32(const uint8_t qh[4]) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                               _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                                                2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+/* IQ4_NL/IQ4_XS: 32 nibbles looked up in the 16 levels */
+MU_INLINE __m256i iq4_levels32(const uint8_t *qs) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mu_iq4_levels));
+    return _mm256_shuffle_epi8(table, nibbles32(qs));
+}
+/* Q2_K/Q3_K: chunk c = 4h + s holds bits 2s..2s+1 of qs[32h..32h+31] */
+MU_INLINE __m256i low2_bits32(const uint8_t *qs, int c) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 4)));
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (c % 4))), _mm256_set1_epi8(3));
+}
+
+MU_INLINE __m256i iv_chunk_Q8_0(const mu_block_q8_0 *b, int c) {
+    (void)c;
+    return _mm256_loadu_si256((const __m256i *)b->qs);
+}
+MU_INLINE __m256i iv_chunk_Q4_0(const mu_block_q4_0 *b, int c) {
+    (void)c;
+    return _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+}
+MU_INLINE __m256i iv_chunk_Q4_1(const mu_block_q4_1 *b, int c) {
+    (void)c;
+    return nibbles32(b->qs);
+}
+MU_INLINE __m256i iv_chunk_Q5_1(const mu_block_q5_1 *b, int c) {
+    (void)c;
+    return _mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh));
+}
+MU_INLINE __m256i iv_chunk_Q5_0(const mu_block_q5_0 *b, int c) {
+    (void)c;
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh)), _mm256_set1_epi8(16));
+}
+MU_INLINE __m256i iv_chunk_IQ4_NL(const mu_block_iq4_nl *b, int c) {
+    (void)c;
+    return iq4_levels32(b->qs);
+}
+MU_INLINE __m256i iv_chunk_IQ4_XS(const mu_block_iq4_xs *b, int c) { return iq4_levels32(b->qs + 16 * c); }
+MU_INLINE __m256i iv_chunk_Q2_K(const mu_block_q2_K *b, int c) { return low2_bits32(b->qs, c); }
+/* Q3_K plus 4 (IV_BIAS): bit c of hmask[l] moved to the value 4 (a 16-bit
+ * shift by at most 5 keeps it within its byte) */
+MU_INLINE __m256i iv_chunk_Q3_K(const mu_block_q3_K *b, int c) {
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+    const __m256i moved = c >= 2 ? _mm256_srl_epi16(hm, _mm_cvtsi32_si128(c - 2)) : _mm256_sll_epi16(hm, _mm_cvtsi32_si128(2 - c));
+    return _mm256_or_si256(low2_bits32(b->qs, c), _mm256_and_si256(moved, _mm256_set1_epi8(4)));
+}
+
+/* The dot product of a chunk: formats whose values are never negative
+ * (at most 31) skip s8_dot32's sign trick. A format with a bias B gets its
+ * values plus B from iv_chunk (never negative), and the kernel takes
+ * B * scale * ds of each group back, as Q6_K's -32. */
+#define IV_DOT_Q8_0 s8_dot32
+#define IV_DOT_Q4_0 s8_dot32
+#define IV_DOT_Q5_0 s8_dot32
+#define IV_DOT_IQ4_NL s8_dot32
+#define IV_DOT_IQ4_XS s8_dot32
+#define IV_DOT_Q3_K u8_dot32
+#define IV_BIAS_Q3_K 4.0f
+#define IV_DOT_Q4_1 u8_dot32
+#define IV_DOT_Q5_1 u8_dot32
+#define IV_DOT_Q2_K u8_dot32
+
+/* ---- superblocks: the scales (and offsets) of groups 0-7 and 8-15 ---- */
+
+/* 8 unsigned bytes -> 8 int32 */
+MU_INLINE __m256i u8x8_i32(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+MU_INLINE void iv_super_IQ4_XS(const mu_block_iq4_xs *b, __m256 s[2], __m256 o[2]) {
+    (void)o;
+    uint32_t l;
+    memcpy(&l, b->scales_l, 4);
+    const __m256 d = _mm256_set1_ps(f16f(b->d));
+    for (int half = 0; half < 2; half++) { /* sub-blocks 4*half .. 4*half+3, two groups each */
+        const __m256i j = _mm256_add_epi32(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_set1_epi32(4 * half));
+        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)l), _mm256_slli_epi32(j, 2)), _mm256_set1_epi32(15));
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b->scales_h), _mm256_slli_epi32(j, 1)), _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        s[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(ls));
+    }
+}
+MU_INLINE void iv_super_Q2_K(const mu_block_q2_K *b, __m256 s[2], __m256 o[2]) {
+    const __m256 d = _mm256_set1_ps(f16f(b->d)), mdmin = _mm256_set1_ps(-f16f(b->dmin));
+    for (int half = 0; half < 2; half++) {
+        const __m256i packed = u8x8_i32(b->scales + 8 * half);
+        s[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(packed, _mm256_set1_epi32(15))));
+        o[half] = _mm256_mul_ps(mdmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(packed, 4)));
+    }
+}
+MU_INLINE void iv_super_Q3_K(const mu_block_q3_K *b, __m256 s[2], __m256 o[2]) {
+    (void)o;
+    uint32_t w;
+    memcpy(&w, b->scales + 8, 4);
+    const __m256i low_bytes = u8x8_i32(b->scales);
+    const __m256 d = _mm256_set1_ps(f16f(b->d));
+    for (int half = 0; half < 2; half++) { /* g = 8*half + k: low nibble k of byte k, high bits of byte 8 + g%4 */
+        const __m256i low = _mm256_and_si256(half ? _mm256_srli_epi32(low_bytes, 4) : low_bytes, _mm256_set1_epi32(15));
+        const __m256i shift = _mm256_add_epi32(_mm256_setr_epi32(0, 8, 16, 24, 2, 10, 18, 26), _mm256_set1_epi32(4 * half));
+        const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), shift), _mm256_set1_epi32(3));
+        const __m256i u = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
+        s[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(u));
+    }
+}
+
+#define FAST_IV_SUPER(fmt, block_t, has_offset, bias)                                                                \
+    static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
+        const int64_t nb = n / MU_QK_K;                                                                        \
+        const int8_t *aq = xq;                                                                                 \
+        const float *ad = mu_act_d(xq, n), *ads = mu_act_ds(xq, n);                                            \
+        for (int64_t r = 0; r < nr; r++) {                                                                     \
+            const block_t *b = (const block_t *)((const uint8_t *)w + (uint64_t)r * rb);                       \
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), oacc = _mm256_setzero_ps();         \
+            for (int64_t i = 0; i < nb; i++) {                                                                 \
+                prefetch_span(&b[i], sizeof(block_t));                                                         \
+                const int8_t *a = aq + MU_QK_K * i;                                                            \
+                __m256i p[8];                                                                                  \
+                MU_UNROLL(8)                                                                                   \
+                for (int c = 0; c < 8; c++)                                                                    \
+                    p[c] = IV_DOT_##fmt(iv_chunk_##fmt(&b[i], c), _mm256_loadu_si256((const __m256i *)(a + 32 * c))); \
+                __m256 s[2], o[2];                                                                             \
+                iv_super_##fmt(&b[i], s, o);                                                                   \
+                const float *adi = ad + 16 * i;                                                                \
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(group_sums4(p[0], p[1], p[2], p[3])),                \
+                                       quad_order(_mm256_mul_ps(s[0], _mm256_loadu_ps(adi))), acc0);           \
+                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(group_sums4(p[4], p[5], p[6], p[7])),                \
+                                       quad_order(_mm256_mul_ps(s[1], _mm256_loadu_ps(adi + 8))), acc1);       \
+                if (bias != 0.0f) { /* has_offset is false where there is a bias */                           \
+                    o[0] = _mm256_mul_ps(_mm256_set1_ps(-(bias)), s[0]);                                       \
+                    o[1] = _mm256_mul_ps(_mm256_set1_ps(-(bias)), s[1]);                                       \
+                }                                                                                              \
+                if (has_offset || bias != 0.0f) {                                                              \
+                    oacc = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(ads + 16 * i), oacc);                         \
+                    oacc = _mm256_fmadd_ps(o[1], _mm256_loadu_ps(ads + 16 * i + 8), oacc);                     \
+                }                                                                                              \
+            }                                                                                                  \
+            y[r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), oacc));                                    \
+        }                                                                                                      \
+    }                                                                                                          \
+    MATMUL_Q8_BY_ROW_TILES(fmt)
+
+
+/* [h0 h1 h2 h3 h0 h1 h2 h3] of four halves as floats */
+MU_INLINE __m256 halves4_twice(uint16_t h0, uint16_t h1, uint16_t h2, uint16_t h3) {
+    const __m128 f = _mm_cvtph_ps(_mm_setr_epi16((short)h0, (short)h1, (short)h2, (short)h3, 0, 0, 0, 0));
+    return _mm256_set_m128(f, f);
+}
+
+/* Blocks [i, i+k) with k <= 4 (a ragged tail reads zeros for the rest):
+ * the products of one quad, its weight scales and mins, and the
+ * activation scales and sums of its eight groups in quad order. */
+#define IV_QUAD(fmt, b, i, k, a, ad, ads, acc, oacc, has_min)                                                   \
+    do {                                                                                                       \
+        __m256i p[4];                                                                                          \
+        uint16_t dh[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};                                                   \
+        float adq[8] = {0}, dsq[8] = {0};                                                                      \
+        const float *adp = (ad) + 2 * (i), *dsp = (ads) + 2 * (i);                                             \
+        if ((k) < 4) {                                                                                         \
+            for (int j = 0; j < 2 * (k); j++) adq[j] = adp[j], dsq[j] = has_min ? dsp[j] : 0.0f;               \
+            adp = adq, dsp = dsq;                                                                              \
+        }                                                                                                      \
+        MU_UNROLL(4)                                                                                           \
+        for (int j = 0; j < 4; j++) {                                                                          \
+            if (j < (k)) {                                                                                     \
+                p[j] = IV_DOT_##fmt(iv_chunk_##fmt(&(b)[(i) + j], 0),                                          \
+                                _mm256_loadu_si256((const __m256i *)((a) + 32 * ((i) + j))));                  \
+                dh[j] = (b)[(i) + j].d;                                                                        \
+                IV_MIN_##has_min(mh[j], (b)[(i) + j]);                                                         \
+            } else {                                                                                           \
+                p[j] = _mm256_setzero_si256();                                                                 \
+            }                                                                                                  \
+        }                                                                                                      \
+        const __m256 sums = _mm256_cvtepi32_ps(group_sums4(p[0], p[1], p[2], p[3]));                           \
+        acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(halves4_twice(dh[0], dh[1], dh[2], dh[3]),                   \
+                                                  quad_order(_mm256_loadu_ps(adp))), acc);                     \
+        if (has_min)                                                                                           \
+            oacc = _mm256_fmadd_ps(halves4_twice(mh[0], mh[1], mh[2], mh[3]), quad_order(_mm256_loadu_ps(dsp)), oacc); \
+    } while (0)
+#define IV_MIN_0(dst, blk) (void)0
+#define IV_MIN_1(dst, blk) ((dst) = (blk).m)
+
+#define FAST_IV_32(fmt, block_t, has_min)                                                                        \
+    static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
+        const int64_t nb = n / 32;                                                                             \
+        const int8_t *aq = xq;                                                                                 \
+        const float *ad = mu_act_d(xq, n), *ads = mu_act_ds(xq, n);                                            \
+        for (int64_t r = 0; r < nr; r++) {                                                                     \
+            const block_t *b = (const block_t *)((const uint8_t *)w + (uint64_t)r * rb);                       \
+            __m256 acc = _mm256_setzero_ps(), oacc = _mm256_setzero_ps();                                      \
+            int64_t i = 0;                                                                                     \
+            for (; i + 4 <= nb; i += 4) {                                                                      \
+                prefetch_span(&b[i], 4 * sizeof(block_t));                                                     \
+                IV_QUAD(fmt, b, i, 4, aq, ad, ads, acc, oacc, has_min);                                        \
+            }                                                                                                  \
+            if (i < nb) IV_QUAD(fmt, b, i, nb - i, aq, ad, ads, acc, oacc, has_min);                           \
+            y[r] = hsum256(_mm256_add_ps(acc, oacc));                                                          \
+        }                                                                                                      \
+    }                                                                                                          \
+    MATMUL_Q8_BY_ROW_TILES(fmt)
+
+FAST_IV_32(Q8_0, mu_block_q8_0, 0)
+FAST_IV_32(Q4_0, mu_block_q4_0, 0)
+FAST_IV_32(Q4_1, mu_block_q4_1, 1)
+FAST_IV_32(Q5_0, mu_block_q5_0, 0)
+FAST_IV_32(Q5_1, mu_block_q5_1, 1)
+FAST_IV_32(IQ4_NL, mu_block_iq4_nl, 0)
+FAST_IV_SUPER(IQ4_XS, mu_block_iq4_xs, false, 0.0f)
+FAST_IV_SUPER(Q2_K, mu_block_q2_K, true, 0.0f)
+FAST_IV_SUPER(Q3_K, mu_block_q3_K, false, IV_BIAS_Q3_K)
+
 
 /* =====================================================================
  * Exact-lane prefill: y[t][r] = sum_k W[r][k] x[t][k].
@@ -1019,7 +1227,7 @@ static uint64_t stream_read(const void *p, size_t n) {
 static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     *k = *mu_cpu_kernels_scalar();
     MU_KERNELS_SET_FORMATS(k);
-    MU_KERNELS_SET_EXACT_ONLY_FORMATS(k);
+    MU_KERNELS_SET_INT_FORMATS(k);
     MU_KERNELS_SET_HELPERS(k);
 #if MU_X86_512
     k->matmul_q8_kp[MU_TYPE_Q4_K] = matmul_q8_kp_Q4_K;

@@ -396,4 +396,15 @@ MU_INLINE __m256i s8_dot32(__m256i w, __m256i a) {
 #endif
 }
 
+
+/* The same for unsigned w of at most 127 (no sign trick needed: maddubs'
+ * pairs stay below 2*127*127 < 32767). */
+MU_INLINE __m256i u8_dot32(__m256i w, __m256i a) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
+#endif
+}
+
 #endif

@@ -14,19 +14,21 @@
 
 #define COMPUTE(fmt) mu_dequant_row_##fmt, mu_quant_row_##fmt
 #define SIZE_ONLY NULL, NULL
+/* with the integer view (quant.h); offset: whether it has offsets */
+#define COMPUTE_INTS(fmt, offset) COMPUTE(fmt), mu_int_block_##fmt, offset
 
 static const mu_type_traits type_traits[MU_TYPE_COUNT] = {
     /*               name        elems  bytes                                   */
     [MU_TYPE_F32] = {"F32", 1, 4, COMPUTE(f32)},
     [MU_TYPE_F16] = {"F16", 1, 2, COMPUTE(f16)},
-    [MU_TYPE_Q4_0] = {"Q4_0", 32, 18, COMPUTE(q4_0)},    /* d, qs[16]                  */
-    [MU_TYPE_Q4_1] = {"Q4_1", 32, 20, COMPUTE(q4_1)},    /* d, m, qs[16]               */
-    [MU_TYPE_Q5_0] = {"Q5_0", 32, 22, COMPUTE(q5_0)},    /* d, qh[4], qs[16]           */
-    [MU_TYPE_Q5_1] = {"Q5_1", 32, 24, COMPUTE(q5_1)},    /* d, m, qh[4], qs[16]        */
-    [MU_TYPE_Q8_0] = {"Q8_0", 32, 34, COMPUTE(q8_0)},    /* d, qs[32]                  */
+    [MU_TYPE_Q4_0] = {"Q4_0", 32, 18, COMPUTE_INTS(q4_0, false)},    /* d, qs[16]                  */
+    [MU_TYPE_Q4_1] = {"Q4_1", 32, 20, COMPUTE_INTS(q4_1, true)},    /* d, m, qs[16]               */
+    [MU_TYPE_Q5_0] = {"Q5_0", 32, 22, COMPUTE_INTS(q5_0, false)},    /* d, qh[4], qs[16]           */
+    [MU_TYPE_Q5_1] = {"Q5_1", 32, 24, COMPUTE_INTS(q5_1, true)},    /* d, m, qh[4], qs[16]        */
+    [MU_TYPE_Q8_0] = {"Q8_0", 32, 34, COMPUTE_INTS(q8_0, false)},    /* d, qs[32]                  */
     [MU_TYPE_Q8_1] = {"Q8_1", 32, 36, COMPUTE(q8_1)},    /* d, s, qs[32]               */
-    [MU_TYPE_Q2_K] = {"Q2_K", 256, 84, COMPUTE(q2_K)},   /* scales[16], qs[64], d, dmin */
-    [MU_TYPE_Q3_K] = {"Q3_K", 256, 110, COMPUTE(q3_K)},  /* hmask[32], qs[64], scales[12], d */
+    [MU_TYPE_Q2_K] = {"Q2_K", 256, 84, COMPUTE_INTS(q2_K, true)},   /* scales[16], qs[64], d, dmin */
+    [MU_TYPE_Q3_K] = {"Q3_K", 256, 110, COMPUTE_INTS(q3_K, false)},  /* hmask[32], qs[64], scales[12], d */
     [MU_TYPE_Q4_K] = {"Q4_K", 256, 144, COMPUTE(q4_K)},
     [MU_TYPE_Q5_K] = {"Q5_K", 256, 176, COMPUTE(q5_K)},
     [MU_TYPE_Q6_K] = {"Q6_K", 256, 210, COMPUTE(q6_K)},
@@ -35,10 +37,10 @@ static const mu_type_traits type_traits[MU_TYPE_COUNT] = {
     [MU_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74, SIZE_ONLY},   /* d, qs[32] u16, scales[8]   */
     [MU_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98, SIZE_ONLY}, /* d, qs[96]                  */
     [MU_TYPE_IQ1_S] = {"IQ1_S", 256, 50, SIZE_ONLY},     /* d, qs[32], qh[8] u16       */
-    [MU_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, COMPUTE(iq4_nl)}, /* d, qs[16]                  */
+    [MU_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, COMPUTE_INTS(iq4_nl, false)}, /* d, qs[16]                  */
     [MU_TYPE_IQ3_S] = {"IQ3_S", 256, 110, SIZE_ONLY},    /* d, qs[64], qh[8], signs[32], scales[4] */
     [MU_TYPE_IQ2_S] = {"IQ2_S", 256, 82, SIZE_ONLY},     /* d, qs[64], qh[8], scales[8] */
-    [MU_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136, COMPUTE(iq4_xs)},/* d, scales_h, scales_l[4], qs[128] */
+    [MU_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136, COMPUTE_INTS(iq4_xs, false)},/* d, scales_h, scales_l[4], qs[128] */
     [MU_TYPE_I8] = {"I8", 1, 1, SIZE_ONLY},
     [MU_TYPE_I16] = {"I16", 1, 2, SIZE_ONLY},
     [MU_TYPE_I32] = {"I32", 1, 4, SIZE_ONLY},

@@ -61,12 +61,28 @@ enum mu_type {
 typedef void (*mu_dequant_row_fn)(const void *src, float *dst, int64_t n);
 typedef void (*mu_quant_row_fn)(const float *src, void *dst, int64_t n);
 
+/* The integer view of one block of the formats whose weights are a scale
+ * times a small integer plus an offset, both per group of 16 (Q4_0, Q8_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K):
+ *     y[i] = scale[g] * q[i] + offset[g],   g = i / 16,  q[i] an int8
+ * evaluated in f32 exactly so (or scale[g] * q[i] alone for a format
+ * without offsets): this is how their dequantizers compute, in ggml's
+ * order, and the integers are what the fast lane multiplies with int8
+ * activations. Entries past the block's size are left as they were. */
+typedef struct mu_int_block {
+    int8_t q[MU_QK_K];
+    float scale[MU_QK_K / 16], offset[MU_QK_K / 16];
+} mu_int_block;
+typedef void (*mu_int_block_fn)(const void *block, mu_int_block *out);
+
 typedef struct mu_type_traits {
     const char *name;          /* "Q4_K", as ggml spells it            */
     int block_elems;           /* 0 for ids ggml removed               */
     int block_bytes;
     mu_dequant_row_fn dequant_row; /* NULL: Muser cannot compute with it */
     mu_quant_row_fn quant_row;     /* NULL: Muser cannot produce it      */
+    mu_int_block_fn int_block;     /* NULL: no integer view (see above)  */
+    bool int_offset;               /* the integer view has offsets       */
 } mu_type_traits;
 
 /* Traits of a type id, or NULL for an id that is not a valid ggml type. */
@@ -227,12 +243,25 @@ void mu_quant_row_iq4_xs(const float *src, void *dst, int64_t n);
 void mu_quant_row_q2_K(const float *src, void *dst, int64_t n);
 void mu_quant_row_q3_K(const float *src, void *dst, int64_t n);
 
+/* Integer views (mu_int_block above) of one block. */
+void mu_int_block_q4_0(const void *block, mu_int_block *out);
+void mu_int_block_q8_0(const void *block, mu_int_block *out);
+void mu_int_block_q4_1(const void *block, mu_int_block *out);
+void mu_int_block_q5_0(const void *block, mu_int_block *out);
+void mu_int_block_q5_1(const void *block, mu_int_block *out);
+void mu_int_block_iq4_nl(const void *block, mu_int_block *out);
+void mu_int_block_iq4_xs(const void *block, mu_int_block *out);
+void mu_int_block_q2_K(const void *block, mu_int_block *out);
+void mu_int_block_q3_K(const void *block, mu_int_block *out);
+
 /* ---- synthetic weights -------------------------------------------------- *
  * Writes n elements of random but valid, well-scaled blocks of `type`
  * directly (no quantization search; for writing large synthetic models
  * fast). Dequantized values have mean ~0 and standard deviation ~scale;
  * halves are always finite. rng_state is any seed, advanced in place.
- * Types: F32, F16, BF16, Q4_0, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K. Returns
+ * Types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS; any other type with a quantizer goes
+ * through it (slower). Returns
  * MUSER_OK, or MUSER_EUNSUPPORTED / MUSER_EINVAL with nothing written. */
 int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, float scale);
 

@@ -49,15 +49,17 @@ void mu_quant_row_bf16(const float *src, void *dst, int64_t n) {
  *   offset 2  qs[16] byte j: low nibble = q[j], high nibble = q[j+16]
  *   y[j] = (q[j] - 8) * d,  q in 0..15
  */
-void mu_dequant_row_q4_0(const void *src, float *dst, int64_t n) {
-    const mu_block_q4_0 *blocks = src;
-    for (int64_t b = 0; b < n / MU_QK4_0; b++, dst += MU_QK4_0) {
-        const float d = mu_half_to_float(blocks[b].d);
-        for (int j = 0; j < MU_QK4_0 / 2; j++) {
-            dst[j] = (float)((blocks[b].qs[j] & 0x0F) - 8) * d;
-            dst[j + MU_QK4_0 / 2] = (float)((blocks[b].qs[j] >> 4) - 8) * d;
-        }
+void mu_int_block_q4_0(const void *block, mu_int_block *out) {
+    const mu_block_q4_0 *b = block;
+    for (int j = 0; j < 16; j++) {
+        out->q[j] = (int8_t)((b->qs[j] & 0x0F) - 8);
+        out->q[j + 16] = (int8_t)((b->qs[j] >> 4) - 8);
     }
+    out->scale[0] = out->scale[1] = mu_half_to_float(b->d);
+}
+
+void mu_dequant_row_q4_0(const void *src, float *dst, int64_t n) {
+    mu_dequant_via_ints(mu_int_block_q4_0, false, 32, sizeof(mu_block_q4_0), src, dst, n);
 }
 
 void mu_quant_row_q4_0(const float *src, void *dst, int64_t n) {
@@ -106,15 +108,18 @@ static uint32_t get_fifth_bits(const uint8_t qh[4]) {
     return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
 }
 
-void mu_dequant_row_q4_1(const void *src, float *dst, int64_t n) {
-    const mu_block_q4_1 *blocks = src;
-    for (int64_t b = 0; b < n / 32; b++, dst += 32) {
-        const float d = mu_half_to_float(blocks[b].d), m = mu_half_to_float(blocks[b].m);
-        for (int j = 0; j < 16; j++) {
-            dst[j] = (float)(blocks[b].qs[j] & 0x0F) * d + m;
-            dst[j + 16] = (float)(blocks[b].qs[j] >> 4) * d + m;
-        }
+void mu_int_block_q4_1(const void *block, mu_int_block *out) {
+    const mu_block_q4_1 *b = block;
+    for (int j = 0; j < 16; j++) {
+        out->q[j] = (int8_t)(b->qs[j] & 0x0F);
+        out->q[j + 16] = (int8_t)(b->qs[j] >> 4);
     }
+    out->scale[0] = out->scale[1] = mu_half_to_float(b->d);
+    out->offset[0] = out->offset[1] = mu_half_to_float(b->m);
+}
+
+void mu_dequant_row_q4_1(const void *src, float *dst, int64_t n) {
+    mu_dequant_via_ints(mu_int_block_q4_1, true, 32, sizeof(mu_block_q4_1), src, dst, n);
 }
 
 void mu_quant_row_q4_1(const float *src, void *dst, int64_t n) {
@@ -132,18 +137,24 @@ void mu_quant_row_q4_1(const float *src, void *dst, int64_t n) {
     }
 }
 
-void mu_dequant_row_q5_1(const void *src, float *dst, int64_t n) {
-    const mu_block_q5_1 *blocks = src;
-    for (int64_t b = 0; b < n / 32; b++, dst += 32) {
-        const float d = mu_half_to_float(blocks[b].d), m = mu_half_to_float(blocks[b].m);
-        const uint32_t qh = get_fifth_bits(blocks[b].qh);
-        for (int j = 0; j < 16; j++) {
-            const int q0 = (blocks[b].qs[j] & 0x0F) | (int)(qh >> j & 1) << 4;
-            const int q1 = (blocks[b].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
-            dst[j] = (float)q0 * d + m;
-            dst[j + 16] = (float)q1 * d + m;
-        }
+/* Q5_0's and Q5_1's 5-bit values: nibbles as Q4_0, fifth bits from qh. */
+static void five_bit_values(const uint8_t qs[16], const uint8_t qh[4], int bias, int8_t *q) {
+    const uint32_t h = get_fifth_bits(qh);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 0x0F) | (int)(h >> j & 1) << 4) - bias);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | (int)(h >> (j + 16) & 1) << 4) - bias);
     }
+}
+
+void mu_int_block_q5_1(const void *block, mu_int_block *out) {
+    const mu_block_q5_1 *b = block;
+    five_bit_values(b->qs, b->qh, 0, out->q);
+    out->scale[0] = out->scale[1] = mu_half_to_float(b->d);
+    out->offset[0] = out->offset[1] = mu_half_to_float(b->m);
+}
+
+void mu_dequant_row_q5_1(const void *src, float *dst, int64_t n) {
+    mu_dequant_via_ints(mu_int_block_q5_1, true, 32, sizeof(mu_block_q5_1), src, dst, n);
 }
 
 void mu_quant_row_q5_1(const float *src, void *dst, int64_t n) {
@@ -165,18 +176,14 @@ void mu_quant_row_q5_1(const float *src, void *dst, int64_t n) {
  *   offset 6  qs[16]  low 4 bits, as Q4_0
  *   y = (q - 16) * d,  q in 0..31
  */
+void mu_int_block_q5_0(const void *block, mu_int_block *out) {
+    const mu_block_q5_0 *b = block;
+    five_bit_values(b->qs, b->qh, 16, out->q);
+    out->scale[0] = out->scale[1] = mu_half_to_float(b->d);
+}
+
 void mu_dequant_row_q5_0(const void *src, float *dst, int64_t n) {
-    const mu_block_q5_0 *blocks = src;
-    for (int64_t b = 0; b < n / 32; b++, dst += 32) {
-        const float d = mu_half_to_float(blocks[b].d);
-        const uint32_t qh = get_fifth_bits(blocks[b].qh);
-        for (int j = 0; j < 16; j++) {
-            const int q0 = ((blocks[b].qs[j] & 0x0F) | (int)(qh >> j & 1) << 4) - 16;
-            const int q1 = ((blocks[b].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4) - 16;
-            dst[j] = (float)q0 * d;
-            dst[j + 16] = (float)q1 * d;
-        }
-    }
+    mu_dequant_via_ints(mu_int_block_q5_0, false, 32, sizeof(mu_block_q5_0), src, dst, n);
 }
 
 void mu_quant_row_q5_0(const float *src, void *dst, int64_t n) {
@@ -198,12 +205,14 @@ void mu_quant_row_q5_0(const float *src, void *dst, int64_t n) {
  *   offset 2  qs[32]  int8
  *   y = q * d
  */
+void mu_int_block_q8_0(const void *block, mu_int_block *out) {
+    const mu_block_q8_0 *b = block;
+    memcpy(out->q, b->qs, 32);
+    out->scale[0] = out->scale[1] = mu_half_to_float(b->d);
+}
+
 void mu_dequant_row_q8_0(const void *src, float *dst, int64_t n) {
-    const mu_block_q8_0 *blocks = src;
-    for (int64_t b = 0; b < n / MU_QK8_0; b++, dst += MU_QK8_0) {
-        const float d = mu_half_to_float(blocks[b].d);
-        for (int j = 0; j < MU_QK8_0; j++) dst[j] = (float)blocks[b].qs[j] * d;
-    }
+    mu_dequant_via_ints(mu_int_block_q8_0, false, 32, sizeof(mu_block_q8_0), src, dst, n);
 }
 
 /* d = amax/127 and q = roundf(x/d), with 1/d taken before d is rounded to

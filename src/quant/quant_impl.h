@@ -104,6 +104,18 @@ static inline uint16_t mu_half_at_least(float v) {
     return h;
 }
 
+/* A row of a format with an integer view (quant.h), dequantized through
+ * it: y = scale*q + offset per group, in that order (or scale*q). */
+static inline void mu_dequant_via_ints(mu_int_block_fn decode, bool offset, int block_elems, int block_bytes,
+                                       const void *src, float *dst, int64_t n) {
+    mu_int_block ib;
+    for (int64_t b = 0; b < n / block_elems; b++, dst += block_elems) {
+        decode((const uint8_t *)src + b * block_bytes, &ib);
+        for (int i = 0; i < block_elems; i++)
+            dst[i] = offset ? ib.scale[i / 16] * (float)ib.q[i] + ib.offset[i / 16] : ib.scale[i / 16] * (float)ib.q[i];
+    }
+}
+
 static inline float mu_bfloat_to_float(uint16_t h) { return mu_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t mu_float_to_bfloat(float f) {
@@ -159,6 +171,26 @@ static inline void mu_pack_scales_k4(uint8_t packed[12], const uint8_t sc[8], co
         packed[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
         packed[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
         packed[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+}
+
+/* Packs the sixteen 6-bit scales u[g] of a Q3_K block (layout in quant.h). */
+static inline void mu_pack_scales_q3(uint8_t packed[12], const int u[16]) {
+    memset(packed, 0, 12);
+    for (int g = 0; g < 16; g++) {
+        if (g < 8) packed[g] |= (uint8_t)(u[g] & 15);
+        else packed[g - 8] |= (uint8_t)((u[g] & 15) << 4);
+        packed[8 + g % 4] |= (uint8_t)((u[g] >> 4) << 2 * (g / 4));
+    }
+}
+
+/* Packs the eight 6-bit sub-block scales ls[j] of an IQ4_XS block. */
+static inline void mu_pack_scales_iq4_xs(uint16_t *scales_h, uint8_t scales_l[4], const int ls[8]) {
+    *scales_h = 0;
+    memset(scales_l, 0, 4);
+    for (int j = 0; j < 8; j++) {
+        scales_l[j / 2] |= (uint8_t)((ls[j] & 15) << 4 * (j % 2));
+        *scales_h |= (uint16_t)((ls[j] >> 4) << 2 * j);
     }
 }
 

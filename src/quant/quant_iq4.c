@@ -86,15 +86,22 @@ static void pack_nibbles(const uint8_t idx[32], uint8_t qs[16]) {
  *   offset 2  qs[16]  byte j: low nibble indexes weight j, high nibble j+16
  *   y = d * mu_iq4_levels[index]
  */
-void mu_dequant_row_iq4_nl(const void *src, float *dst, int64_t n) {
-    const mu_block_iq4_nl *blocks = src;
-    for (int64_t b = 0; b < n / 32; b++, dst += 32) {
-        const float d = mu_half_to_float(blocks[b].d);
-        for (int j = 0; j < 16; j++) {
-            dst[j] = d * (float)mu_iq4_levels[blocks[b].qs[j] & 0x0F];
-            dst[j + 16] = d * (float)mu_iq4_levels[blocks[b].qs[j] >> 4];
-        }
+/* The levels of 32 weights packed as IQ4_NL's nibbles. */
+static void level_values(const uint8_t qs[16], int8_t *q) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = mu_iq4_levels[qs[j] & 0x0F];
+        q[j + 16] = mu_iq4_levels[qs[j] >> 4];
     }
+}
+
+void mu_int_block_iq4_nl(const void *block, mu_int_block *out) {
+    const mu_block_iq4_nl *b = block;
+    level_values(b->qs, out->q);
+    out->scale[0] = out->scale[1] = mu_half_to_float(b->d);
+}
+
+void mu_dequant_row_iq4_nl(const void *src, float *dst, int64_t n) {
+    mu_dequant_via_ints(mu_int_block_iq4_nl, false, 32, sizeof(mu_block_iq4_nl), src, dst, n);
 }
 
 void mu_quant_row_iq4_nl(const float *src, void *dst, int64_t n) {
@@ -114,20 +121,18 @@ void mu_quant_row_iq4_nl(const float *src, void *dst, int64_t n) {
  *   offset 8  qs[128]      sub-block j (32 weights): bytes 16j..16j+15, as IQ4_NL
  *   y = (d*(ls_j - 32)) * mu_iq4_levels[index]
  */
-void mu_dequant_row_iq4_xs(const void *src, float *dst, int64_t n) {
-    const mu_block_iq4_xs *blocks = src;
-    for (int64_t b = 0; b < n / MU_QK_K; b++) {
-        const float d = mu_half_to_float(blocks[b].d);
-        for (int j = 0; j < 8; j++, dst += 32) {
-            const int ls = (blocks[b].scales_l[j / 2] >> 4 * (j % 2) & 0x0F) | (blocks[b].scales_h >> 2 * j & 3) << 4;
-            const float dl = d * (float)(ls - 32);
-            const uint8_t *qs = blocks[b].qs + 16 * j;
-            for (int l = 0; l < 16; l++) {
-                dst[l] = dl * (float)mu_iq4_levels[qs[l] & 0x0F];
-                dst[l + 16] = dl * (float)mu_iq4_levels[qs[l] >> 4];
-            }
-        }
+void mu_int_block_iq4_xs(const void *block, mu_int_block *out) {
+    const mu_block_iq4_xs *b = block;
+    const float d = mu_half_to_float(b->d);
+    for (int j = 0; j < 8; j++) {
+        const int ls = (b->scales_l[j / 2] >> 4 * (j % 2) & 0x0F) | (b->scales_h >> 2 * j & 3) << 4;
+        out->scale[2 * j] = out->scale[2 * j + 1] = d * (float)(ls - 32);
+        level_values(b->qs + 16 * j, out->q + 32 * j);
     }
+}
+
+void mu_dequant_row_iq4_xs(const void *src, float *dst, int64_t n) {
+    mu_dequant_via_ints(mu_int_block_iq4_xs, false, MU_QK_K, sizeof(mu_block_iq4_xs), src, dst, n);
 }
 
 void mu_quant_row_iq4_xs(const float *src, void *dst, int64_t n) {
@@ -145,6 +150,7 @@ void mu_quant_row_iq4_xs(const float *src, void *dst, int64_t n) {
         out->d = mu_half_at_least(fabsf(d_wanted));
         if (d_wanted < 0) out->d |= 0x8000;
         const float d = mu_half_to_float(out->d);
+        int ls[8];
         for (int j = 0; j < 8; j++) {
             const float *x = src + 32 * j;
             uint8_t idx[32];
@@ -166,10 +172,9 @@ void mu_quant_row_iq4_xs(const float *src, void *dst, int64_t n) {
                     }
                 }
             }
-            const int ls = best_sc + 32;
-            out->scales_l[j / 2] |= (uint8_t)((ls & 15) << 4 * (j % 2));
-            out->scales_h |= (uint16_t)((ls >> 4) << 2 * j);
+            ls[j] = best_sc + 32;
             pack_nibbles(idx, out->qs + 16 * j);
         }
+        mu_pack_scales_iq4_xs(&out->scales_h, out->scales_l, ls);
     }
 }

@@ -187,18 +187,20 @@ static void quantize_super_block_k4(const float *x, int nmax, uint16_t *d_out, u
  *   offset 80  d, dmin    f16, f16
  *   y = (d*sc)*q - (dmin*m), q in 0..3
  */
-void mu_dequant_row_q2_K(const void *src, float *dst, int64_t n) {
-    const mu_block_q2_K *blocks = src;
-    for (int64_t b = 0; b < n / MU_QK_K; b++) {
-        const float d = mu_half_to_float(blocks[b].d), dmin = mu_half_to_float(blocks[b].dmin);
-        for (int w = 0; w < MU_QK_K; w += 16) { /* group g = w/16: one scale and min */
-            const uint8_t packed = blocks[b].scales[w / 16];
-            const float d1 = d * (float)(packed & 0x0F), m1 = dmin * (float)(packed >> 4);
-            const uint8_t *q = blocks[b].qs + 32 * (w / 128) + w % 32;
-            const int shift = 2 * (w % 128 / 32);
-            for (int l = 0; l < 16; l++) *dst++ = d1 * (float)(q[l] >> shift & 3) - m1;
-        }
+/* y = d1*q - m1 is d1*q + (-m1) exactly. */
+void mu_int_block_q2_K(const void *block, mu_int_block *out) {
+    const mu_block_q2_K *b = block;
+    const float d = mu_half_to_float(b->d), dmin = mu_half_to_float(b->dmin);
+    for (int g = 0; g < 16; g++) { /* one scale and min per group */
+        const uint8_t packed = b->scales[g];
+        out->scale[g] = d * (float)(packed & 0x0F);
+        out->offset[g] = -(dmin * (float)(packed >> 4));
     }
+    for (int w = 0; w < MU_QK_K; w++) out->q[w] = (int8_t)(b->qs[32 * (w / 128) + w % 32] >> 2 * (w % 128 / 32) & 3);
+}
+
+void mu_dequant_row_q2_K(const void *src, float *dst, int64_t n) {
+    mu_dequant_via_ints(mu_int_block_q2_K, true, MU_QK_K, sizeof(mu_block_q2_K), src, dst, n);
 }
 
 void mu_quant_row_q2_K(const float *src, void *dst, int64_t n) {
@@ -397,18 +399,18 @@ static int q3_scale(const uint8_t s[12], int g) {
     return low | (s[8 + g % 4] >> 2 * (g / 4) & 3) << 4;
 }
 
-void mu_dequant_row_q3_K(const void *src, float *dst, int64_t n) {
-    const mu_block_q3_K *blocks = src;
-    for (int64_t b = 0; b < n / MU_QK_K; b++) {
-        const float d = mu_half_to_float(blocks[b].d);
-        for (int w = 0; w < MU_QK_K; w += 16) {
-            const float d1 = d * (float)(q3_scale(blocks[b].scales, w / 16) - 32);
-            const int l0 = w % 32, shift = w % 128 / 32, high = 4 * (w / 128) + shift;
-            const uint8_t *q = blocks[b].qs + 32 * (w / 128);
-            for (int l = l0; l < l0 + 16; l++)
-                *dst++ = d1 * (float)((q[l] >> 2 * shift & 3) - (blocks[b].hmask[l] >> high & 1 ? 0 : 4));
-        }
+void mu_int_block_q3_K(const void *block, mu_int_block *out) {
+    const mu_block_q3_K *b = block;
+    const float d = mu_half_to_float(b->d);
+    for (int g = 0; g < 16; g++) out->scale[g] = d * (float)(q3_scale(b->scales, g) - 32);
+    for (int w = 0; w < MU_QK_K; w++) {
+        const int l = w % 32, shift = w % 128 / 32, high = 4 * (w / 128) + shift;
+        out->q[w] = (int8_t)((b->qs[32 * (w / 128) + l] >> 2 * shift & 3) - (b->hmask[l] >> high & 1 ? 0 : 4));
     }
+}
+
+void mu_dequant_row_q3_K(const void *src, float *dst, int64_t n) {
+    mu_dequant_via_ints(mu_int_block_q3_K, false, MU_QK_K, sizeof(mu_block_q3_K), src, dst, n);
 }
 
 void mu_quant_row_q3_K(const float *src, void *dst, int64_t n) {
@@ -419,12 +421,9 @@ void mu_quant_row_q3_K(const float *src, void *dst, int64_t n) {
         int sc[16];
         memset(out, 0, sizeof *out);
         quantize_super_block_signed(src, -4, 3, -32, 31, &out->d, sc, levels);
-        for (int g = 0; g < 16; g++) {
-            const int u = sc[g] + 32;
-            if (g < 8) out->scales[g] |= (uint8_t)(u & 15);
-            else out->scales[g - 8] |= (uint8_t)((u & 15) << 4);
-            out->scales[8 + g % 4] |= (uint8_t)((u >> 4) << 2 * (g / 4));
-        }
+        int u[16];
+        for (int g = 0; g < 16; g++) u[g] = sc[g] + 32;
+        mu_pack_scales_q3(out->scales, u);
         for (int w = 0; w < MU_QK_K; w++) {
             const int l = w % 32, shift = w % 128 / 32;
             out->qs[32 * (w / 128) + l] |= (uint8_t)((levels[w] & 3) << 2 * shift);

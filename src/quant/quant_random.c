@@ -12,10 +12,13 @@
  *     which cancels the -0.5 offset of the asymmetric level ranges;
  *   - int8 quants never take -128 (the quantizers never produce it, and
  *     sign tricks in SIMD dot products assume |q| <= 127).
+ *   - Q4_1/Q5_1 cancel the level mean with m = -d*(L-1)/2, Q2_K with
+ *     dmin = d*1.5 and m = sc; the IQ4 levels (mu_iq4_levels) have
+ *     standard deviation 67.2 and a random sign on d; Q3_K and IQ4_XS draw
+ *     signed sub-scales of magnitude 8..23 (mean 15.5).
  * Every half is finite: the scale is checked and d saturates at 65504.
- * The other formats Muser can produce (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
- * IQ4_NL, IQ4_XS: not in the synth mixes) quantize uniform random floats
- * with their own quantizers, which is slower but equally valid.
+ * Any other format with a quantizer quantizes uniform random floats, which
+ * is slower but equally valid.
  */
 #include "quant/quant_impl.h"
 
@@ -177,6 +180,91 @@ int mu_random_blocks(uint32_t type, void *dst, int64_t n, uint64_t *rng_state, f
             }
             fill_random(out[b].ql, sizeof out[b].ql, rng_state);
             fill_random(out[b].qh, sizeof out[b].qh, rng_state);
+        }
+        return MUSER_OK;
+    }
+    case MU_TYPE_Q4_1:
+    case MU_TYPE_Q5_1: {
+        const bool five = type == MU_TYPE_Q5_1;
+        for (int64_t b = 0; b < blocks; b++) {
+            const float d = scale / (five ? 9.23f : 4.61f) * jitter(next_random(rng_state));
+            const uint16_t dh = mu_float_to_half_saturated(d);
+            const uint16_t mh = mu_float_to_half_saturated(-mu_half_to_float(dh) * (five ? 15.5f : 7.5f));
+            if (five) {
+                mu_block_q5_1 *out = (mu_block_q5_1 *)dst + b;
+                out->d = dh, out->m = mh;
+                fill_random(out->qh, sizeof out->qh, rng_state);
+                fill_random(out->qs, sizeof out->qs, rng_state);
+            } else {
+                mu_block_q4_1 *out = (mu_block_q4_1 *)dst + b;
+                out->d = dh, out->m = mh;
+                fill_random(out->qs, sizeof out->qs, rng_state);
+            }
+        }
+        return MUSER_OK;
+    }
+    case MU_TYPE_Q5_0: {
+        mu_block_q5_0 *out = dst;
+        for (int64_t b = 0; b < blocks; b++) {
+            uint64_t r = next_random(rng_state);
+            const float d = scale / 9.23f * jitter(r);
+            out[b].d = mu_float_to_half_saturated(r & 1 ? -d : d);
+            fill_random(out[b].qh, sizeof out[b].qh, rng_state);
+            fill_random(out[b].qs, sizeof out[b].qs, rng_state);
+        }
+        return MUSER_OK;
+    }
+    case MU_TYPE_IQ4_NL: {
+        mu_block_iq4_nl *out = dst;
+        for (int64_t b = 0; b < blocks; b++) {
+            uint64_t r = next_random(rng_state);
+            const float d = scale / 67.2f * jitter(r);
+            out[b].d = mu_float_to_half_saturated(r & 1 ? -d : d);
+            fill_random(out[b].qs, sizeof out[b].qs, rng_state);
+        }
+        return MUSER_OK;
+    }
+    case MU_TYPE_IQ4_XS: {
+        mu_block_iq4_xs *out = dst;
+        for (int64_t b = 0; b < blocks; b++) {
+            uint64_t r = next_random(rng_state);
+            out[b].d = mu_float_to_half_saturated(scale / (67.2f * 15.5f) * jitter(r));
+            int ls[8];
+            for (int j = 0; j < 8; j++) ls[j] = 32 + (r >> (32 + j) & 1 ? -1 : 1) * (8 + (int)(r >> (4 * j) & 15));
+            mu_pack_scales_iq4_xs(&out[b].scales_h, out[b].scales_l, ls);
+            fill_random(out[b].qs, sizeof out[b].qs, rng_state);
+        }
+        return MUSER_OK;
+    }
+    case MU_TYPE_Q2_K: {
+        mu_block_q2_K *out = dst;
+        for (int64_t b = 0; b < blocks; b++) {
+            uint64_t r = next_random(rng_state);
+            /* levels 0..3: mean 1.5, standard deviation 1.118; sc in 8..15 (mean 11.5) */
+            const uint16_t dh = mu_float_to_half_saturated(scale / (1.118f * 11.5f) * jitter(r));
+            out[b].d = dh;
+            out[b].dmin = mu_float_to_half_saturated(mu_half_to_float(dh) * 1.5f);
+            const uint64_t draws = next_random(rng_state);
+            for (int g = 0; g < 16; g++) {
+                const int sc = 8 + (int)(draws >> (3 * g) & 7);
+                out[b].scales[g] = (uint8_t)(sc | sc << 4);
+            }
+            fill_random(out[b].qs, sizeof out[b].qs, rng_state);
+        }
+        return MUSER_OK;
+    }
+    case MU_TYPE_Q3_K: {
+        mu_block_q3_K *out = dst;
+        for (int64_t b = 0; b < blocks; b++) {
+            uint64_t r = next_random(rng_state);
+            /* levels -4..3: standard deviation 2.29 */
+            out[b].d = mu_float_to_half_saturated(scale / (2.29f * 15.5f) * jitter(r));
+            const uint64_t draws = next_random(rng_state);
+            int u[16];
+            for (int g = 0; g < 16; g++) u[g] = 32 + (r >> (24 + g) & 1 ? -1 : 1) * (8 + (int)(draws >> (4 * g) & 15));
+            mu_pack_scales_q3(out[b].scales, u);
+            fill_random(out[b].hmask, sizeof out[b].hmask, rng_state);
+            fill_random(out[b].qs, sizeof out[b].qs, rng_state);
         }
         return MUSER_OK;
     }
