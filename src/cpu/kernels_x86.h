@@ -242,48 +242,6 @@ EXACT_FLOAT(F32, float, vf_load, f32_id)
 EXACT_FLOAT(F16, uint16_t, vf_from_f16, f16f)
 EXACT_FLOAT(BF16, uint16_t, vf_from_bf16, bf16f)
 
-/* ---- integer-view formats, exact lane (kernels.h): the scalar reference dequantizes a
- * chunk of the row into L1, SIMD multiplies it. The chunk (1024) is a whole
- * number of blocks of every format. */
-#define VIA_CHUNK 1024
-static void matvec_via_dequant(uint32_t type, const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n,
-                               float *y) {
-    const mu_type_traits *tr = mu_type_get(type);
-    float buf[VIA_CHUNK] __attribute__((aligned(64)));
-    for (int64_t r = 0; r < nr; r++) {
-        const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb;
-        vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
-        for (int64_t i = 0; i < n; i += VIA_CHUNK) {
-            const int64_t m = n - i < VIA_CHUNK ? n - i : VIA_CHUNK; /* a multiple of 32 */
-            tr->dequant_row(row + (uint64_t)(i / tr->block_elems) * (uint64_t)tr->block_bytes, buf, m);
-            int64_t j = 0;
-            for (; j + 64 <= m; j += 64) {
-                a0 = vf_fma(vf_load(buf + j), vf_load(x + i + j), a0);
-                a1 = vf_fma(vf_load(buf + j + 16), vf_load(x + i + j + 16), a1);
-                a2 = vf_fma(vf_load(buf + j + 32), vf_load(x + i + j + 32), a2);
-                a3 = vf_fma(vf_load(buf + j + 48), vf_load(x + i + j + 48), a3);
-            }
-            for (; j < m; j += 16) a0 = vf_fma(vf_load(buf + j), vf_load(x + i + j), a0);
-        }
-        y[r] = vf_hsum(vf_add(vf_add(a0, a1), vf_add(a2, a3)));
-    }
-}
-
-#define EXACT_VIA_DEQUANT(fmt)                                                                                  \
-    static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
-        matvec_via_dequant(MU_TYPE_##fmt, w, rb, nr, x, n, y);                                                \
-    }                                                                                                         \
-    static void deq_##fmt(const void *src, float *out, int64_t nb) {                                          \
-        const mu_type_traits *tr = mu_type_get(MU_TYPE_##fmt);                                                \
-        tr->dequant_row(src, out, nb * tr->block_elems);                                                      \
-    }
-EXACT_VIA_DEQUANT(Q4_1)
-EXACT_VIA_DEQUANT(Q5_0)
-EXACT_VIA_DEQUANT(Q5_1)
-EXACT_VIA_DEQUANT(IQ4_NL)
-EXACT_VIA_DEQUANT(IQ4_XS)
-EXACT_VIA_DEQUANT(Q2_K)
-EXACT_VIA_DEQUANT(Q3_K)
 
 /* =====================================================================
  * Fast lane, K-quants: unpacked block (4 units of 64 unsigned values, their
@@ -821,6 +779,88 @@ MU_INLINE void iv_super_Q3_K(const mu_block_q3_K *b, __m256 s[2], __m256 o[2]) {
         s[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(u));
     }
 }
+
+/* ---- exact lane, integer-view formats: each 16-weight group of a chunk
+ * as value * scale + offset in registers (one FMA, as the reference's
+ * mu_dequant_via_ints rounds once where the offset is exact), then into
+ * the f32 activations. iv_groups_* gives a block's per-group scales and
+ * offsets; a bias B of iv_chunk comes back as the offset -B * scale
+ * (the FMA's product is exact, so the weight rounds as q * scale). */
+
+MU_INLINE vf iv_weights16(__m256i chunk, int half, float scale, float offset) {
+    const __m128i v = half ? _mm256_extracti128_si256(chunk, 1) : _mm256_castsi256_si128(chunk);
+    return vf_fma(vf_from_i32(vi_from_s8_m128(v)), vf_set1(scale), vf_set1(offset));
+}
+
+MU_INLINE void iv_groups_Q4_1(const mu_block_q4_1 *b, float s[2], float o[2]) {
+    s[0] = s[1] = f16f(b->d), o[0] = o[1] = f16f(b->m);
+}
+MU_INLINE void iv_groups_Q5_1(const mu_block_q5_1 *b, float s[2], float o[2]) {
+    s[0] = s[1] = f16f(b->d), o[0] = o[1] = f16f(b->m);
+}
+MU_INLINE void iv_groups_Q5_0(const mu_block_q5_0 *b, float s[2], float o[2]) {
+    s[0] = s[1] = f16f(b->d), o[0] = o[1] = 0.0f;
+}
+MU_INLINE void iv_groups_IQ4_NL(const mu_block_iq4_nl *b, float s[2], float o[2]) {
+    s[0] = s[1] = f16f(b->d), o[0] = o[1] = 0.0f;
+}
+#define IV_GROUPS_SUPER(fmt, block_t, has_offset, bias)                                                          \
+    MU_INLINE void iv_groups_##fmt(const block_t *b, float s[16], float o[16]) {                               \
+        __m256 sv[2], ov[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                      \
+        iv_super_##fmt(b, sv, ov);                                                                             \
+        for (int half = 0; half < 2; half++) {                                                                 \
+            if (!(has_offset)) ov[half] = _mm256_mul_ps(_mm256_set1_ps(-(bias)), sv[half]);                    \
+            _mm256_storeu_ps(s + 8 * half, sv[half]);                                                          \
+            _mm256_storeu_ps(o + 8 * half, ov[half]);                                                          \
+        }                                                                                                      \
+    }
+IV_GROUPS_SUPER(IQ4_XS, mu_block_iq4_xs, 0, 0.0f)
+IV_GROUPS_SUPER(Q2_K, mu_block_q2_K, 1, 0.0f)
+IV_GROUPS_SUPER(Q3_K, mu_block_q3_K, 0, 4.0f)
+
+/* chunks: 32-weight chunks a block (1 or 8) */
+#define EXACT_IV(fmt, block_t, chunks)                                                                          \
+    static void deq_##fmt(const void *src, float *out, int64_t nb) {                                          \
+        const block_t *b = src;                                                                               \
+        for (int64_t i = 0; i < nb; i++) {                                                                    \
+            float s[2 * (chunks)], o[2 * (chunks)];                                                           \
+            iv_groups_##fmt(&b[i], s, o);                                                                     \
+            MU_UNROLL(chunks)                                                                                 \
+            for (int c = 0; c < (chunks); c++) {                                                              \
+                const __m256i v = iv_chunk_##fmt(&b[i], c);                                                   \
+                float *d = out + 32 * ((chunks) * i + c);                                                     \
+                vf_store(d, iv_weights16(v, 0, s[2 * c], o[2 * c]));                                          \
+                vf_store(d + 16, iv_weights16(v, 1, s[2 * c + 1], o[2 * c + 1]));                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }                                                                                                         \
+    static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
+        const int64_t nb = n / (32 * (chunks));                                                               \
+        for (int64_t r = 0; r < nr; r++) {                                                                    \
+            const block_t *b = (const block_t *)((const uint8_t *)w + (uint64_t)r * rb);                      \
+            vf acc0 = vf_zero(), acc1 = vf_zero();                                                            \
+            for (int64_t i = 0; i < nb; i++) {                                                                \
+                prefetch_span(&b[i], sizeof(block_t));                                                        \
+                float s[2 * (chunks)], o[2 * (chunks)];                                                       \
+                iv_groups_##fmt(&b[i], s, o);                                                                 \
+                const float *xi = x + 32 * (chunks) * i;                                                      \
+                MU_UNROLL(chunks)                                                                             \
+                for (int c = 0; c < (chunks); c++) {                                                          \
+                    const __m256i v = iv_chunk_##fmt(&b[i], c);                                               \
+                    acc0 = vf_fma(iv_weights16(v, 0, s[2 * c], o[2 * c]), vf_load(xi + 32 * c), acc0);        \
+                    acc1 = vf_fma(iv_weights16(v, 1, s[2 * c + 1], o[2 * c + 1]), vf_load(xi + 32 * c + 16), acc1); \
+                }                                                                                             \
+            }                                                                                                 \
+            y[r] = vf_hsum(vf_add(acc0, acc1));                                                               \
+        }                                                                                                     \
+    }
+EXACT_IV(Q4_1, mu_block_q4_1, 1)
+EXACT_IV(Q5_0, mu_block_q5_0, 1)
+EXACT_IV(Q5_1, mu_block_q5_1, 1)
+EXACT_IV(IQ4_NL, mu_block_iq4_nl, 1)
+EXACT_IV(IQ4_XS, mu_block_iq4_xs, 8)
+EXACT_IV(Q2_K, mu_block_q2_K, 8)
+EXACT_IV(Q3_K, mu_block_q3_K, 8)
 
 #define FAST_IV_SUPER(fmt, block_t, has_offset, bias)                                                                \
     static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \

@@ -78,6 +78,7 @@ MU_INLINE vf vf_from_bf16(const uint16_t *p) {
 /* 16 bytes -> 16 int32, zero- or sign-extended */
 MU_INLINE vi vi_from_u8x16(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 MU_INLINE vi vi_from_s8x16(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+MU_INLINE vi vi_from_s8_m128(__m128i b) { return _mm512_cvtepi8_epi32(b); }
 /* 16 x s16 -> 16 int32 */
 MU_INLINE vi vi_from_s16x16(__m256i a) { return _mm512_cvtepi16_epi32(a); }
 /* round to nearest (ties to even) and convert */
@@ -243,10 +244,10 @@ MU_INLINE vi vi_from_u8x16(const void *p) {
     __m128i b = _mm_loadu_si128((const __m128i *)p);
     return VI2(_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
 }
-MU_INLINE vi vi_from_s8x16(const void *p) {
-    __m128i b = _mm_loadu_si128((const __m128i *)p);
+MU_INLINE vi vi_from_s8_m128(__m128i b) {
     return VI2(_mm256_cvtepi8_epi32(b), _mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
 }
+MU_INLINE vi vi_from_s8x16(const void *p) { return vi_from_s8_m128(_mm_loadu_si128((const __m128i *)p)); }
 MU_INLINE vi vf_to_i32(vf a) { return VI2(_mm256_cvtps_epi32(a.lo), _mm256_cvtps_epi32(a.hi)); }
 MU_INLINE vi vi_from_s16x16(__m256i a) {
     return VI2(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a)), _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1)));
