@@ -93,8 +93,9 @@ static void check_q8(const char *what, const float *x, const int8_t *q, const fl
     CHECKF(bad == 0, "%s: int8 blocks differ from the rule (%d bad)", what, bad);
 }
 
-static const uint32_t all_types[] = {MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, MU_TYPE_Q8_0,
-                                     MU_TYPE_Q4_0, MU_TYPE_F16,  MU_TYPE_BF16, MU_TYPE_F32};
+static const uint32_t all_types[] = {MU_TYPE_Q4_K,   MU_TYPE_Q5_K,   MU_TYPE_Q6_K, MU_TYPE_Q8_0, MU_TYPE_Q4_0,
+                                     MU_TYPE_F16,    MU_TYPE_BF16,   MU_TYPE_F32,  MU_TYPE_Q4_1, MU_TYPE_Q5_0,
+                                     MU_TYPE_Q5_1,   MU_TYPE_IQ4_NL, MU_TYPE_IQ4_XS, MU_TYPE_Q2_K, MU_TYPE_Q3_K};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static bool is_kquant(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
@@ -258,10 +259,14 @@ static void test_gateup(void) {
      * K-quant case as the launch chooses, with whole rows per warp
      * (MU_CU_LAB_NO_FLAT) and with flat batches forced (MU_CU_LAB_FLAT) */
     static const int64_t shapes[3][2] = {{160, 512}, {160, 4352}, {3 * 4224 + 80, 6656}};
-    for (int c = 0; c < 3 * 4; c++) {
-        const int si = c / 4, ti = c % 4;
+    /* (unit formats on the short shape only: one of each decoder family) */
+    static const uint32_t types[] = {MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K, MU_TYPE_Q8_0,
+                                     MU_TYPE_Q4_1, MU_TYPE_IQ4_XS, MU_TYPE_Q3_K, MU_TYPE_Q2_K};
+    const int nt = (int)(sizeof types / sizeof types[0]);
+    for (int c = 0; c < 3 * nt; c++) {
+        const int si = c / nt, ti = c % nt;
         const int64_t F = shapes[si][0], cols = shapes[si][1];
-        const uint32_t type = all_types[ti];
+        const uint32_t type = types[ti];
         if (si > 0 && !is_kquant(type)) continue;
         void *wg = rand_weight(type, F, cols), *wu = rand_weight(type, F, cols);
         float *x = malloc(sizeof(float) * cols), *out = malloc(sizeof(float) * F), *ods = malloc(sizeof(float) * F / 8);
@@ -351,8 +356,9 @@ static void test_embed(void) {
     const int64_t V = 50, E = 512;
     const int T = 5;
     const int32_t tokens[5] = {3, 49, 0, 17, 3};
-    for (int ti = 0; ti < 3; ti++) {
-        const uint32_t type = ti == 0 ? MU_TYPE_Q4_K : ti == 1 ? MU_TYPE_Q6_K : MU_TYPE_F32;
+    static const uint32_t types[] = {MU_TYPE_Q4_K, MU_TYPE_Q6_K, MU_TYPE_F32, MU_TYPE_Q3_K, MU_TYPE_IQ4_NL};
+    for (int ti = 0; ti < (int)(sizeof types / sizeof types[0]); ti++) {
+        const uint32_t type = types[ti];
         void *w = rand_weight(type, V, E);
         float *wn = malloc(sizeof(float) * E), *h = malloc(sizeof(float) * T * E), *a = malloc(sizeof(float) * T * E);
         float *row = malloc(sizeof(float) * E);

@@ -360,6 +360,198 @@ struct TQ40 {
     }
 };
 
+/* ---- integer-view unit formats: Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K ----
+ * The streams after the repack, per block of the file: qs (16 bytes a unit,
+ * the file's bytes in the file's order), qh (Q5_x: the 4 fifth-bit bytes;
+ * Q3_K: the hmask bits, 8 bytes a unit: bit 16j + l of unit q is bit
+ * 4h + j of hmask[16 half + l]), meta (IQ4_XS: the 8 sub-block scales
+ * ls (0..63, the weights' scale d * (ls - 32)); Q2_K: the 16 packed scale/min bytes, Q3_K: 16 signed scales
+ * u, both in unit order: byte 4q + j belongs to group j of unit q)
+ * and d (f16: d, then m or dmin where the format has one). A unit is G
+ * groups of 16 weights: G = 2 (a 32-weight block or IQ4_XS sub-block: low
+ * nibbles, then high) or G = 4 (a quarter of a Q2_K/Q3_K superblock: the
+ * 2-bit fields j = 0..3 of 16 bytes, groups 8h + 2j + half). Scales and
+ * offsets are formed as mu_int_block forms them, so the dequantized
+ * values are the CPU's to the bit. */
+struct IvGeom {
+    int block_elems, block_bytes, unit_elems, qh, meta, dh; /* qh, meta: bytes a block; dh: halves a block */
+};
+__host__ __device__ constexpr IvGeom iv_geom(uint32_t type) {
+    return type == MU_TYPE_Q4_1     ? IvGeom{32, 20, 32, 0, 0, 2}
+           : type == MU_TYPE_Q5_0   ? IvGeom{32, 22, 32, 4, 0, 1}
+           : type == MU_TYPE_Q5_1   ? IvGeom{32, 24, 32, 4, 0, 2}
+           : type == MU_TYPE_IQ4_NL ? IvGeom{32, 18, 32, 0, 0, 1}
+           : type == MU_TYPE_IQ4_XS ? IvGeom{256, 136, 32, 0, 8, 1}
+           : type == MU_TYPE_Q2_K   ? IvGeom{256, 84, 64, 0, 16, 2}
+           : type == MU_TYPE_Q3_K   ? IvGeom{256, 110, 64, 32, 16, 1}
+                                    : IvGeom{0, 0, 0, 0, 0, 0};
+}
+
+/* 4 bits (x < 16) to bit 0 of 4 bytes */
+__device__ __forceinline__ uint32_t spread4(uint32_t x) { return (x * 0x00204081u) & 0x01010101u; }
+/* The IQ4 levels (mu_iq4_levels: -127 -104 -83 -65 -49 -35 -22 -10 1 13 25
+ * 38 53 69 89 113) of 4 nibble indices, one a byte. */
+__device__ __forceinline__ uint32_t iq4_levels4(uint32_t n) {
+    /* the 4 indices as the 4 selector nibbles of a byte permute: n0 n1 in
+     * byte 0 of n | n >> 4, n2 n3 in its byte 2 */
+    const uint32_t sel = __byte_perm(n | (n >> 4), 0u, 0x0020u);
+    const uint32_t s7 = sel & 0x7777u; /* (a selector's bit 3 would replicate a sign) */
+    const uint32_t lo = __byte_perm(0xBFAD9881u, 0xF6EADDCFu, s7), hi = __byte_perm(0x26190D01u, 0x71594535u, s7);
+    return __byte_perm(lo, hi, 0x3210u | ((sel >> 1) & 0x4444u)); /* byte i from hi where index i >= 8 */
+}
+
+/* Integers to floats without I2F, a conversion Hopper issues at an eighth
+ * of the FP32 rate (measured: no change in decode speed against I2F, kept
+ * as it costs nothing): the value in the mantissa of 1.5 * 2^23, exact for
+ * |v| < 2^22 (a group's dp4a sum is below 2^18). */
+#define IV_MAGIC 0x4B400000
+__device__ __forceinline__ float iv_magic_float(int biased) { return __int_as_float(biased) - 12582912.0f; }
+/* v - bias for v in 0..255 */
+__device__ __forceinline__ float iv_small_float(uint32_t v, int bias) {
+    return __int_as_float(IV_MAGIC | (int)v) - (12582912.0f + (float)bias);
+}
+
+/* Group j of unit u: its first element in the row, its 16 values (int8, 4
+ * a word), its scale and offset. */
+struct IvGroup {
+    int e;
+    uint32_t q[4];
+    float s, o;
+};
+
+/* What a unit needs besides its 16 qs bytes, loaded with them (the
+ * matvec issues a batch's side loads beside its stream loads, so a batch
+ * waits on memory once): d (f16, and m or dmin in the high half), the
+ * scale bytes, the high bits. */
+struct IvSide {
+    uint32_t d, meta, qh0, qh1;
+};
+
+template <uint32_t TYPE>
+struct TIv {
+    static constexpr IvGeom G = iv_geom(TYPE);
+    static constexpr int GROUPS = G.unit_elems / 16, UPB = G.block_elems / G.unit_elems; /* units a block */
+    static constexpr bool OFFSET = TYPE == MU_TYPE_Q4_1 || TYPE == MU_TYPE_Q5_1 || TYPE == MU_TYPE_Q2_K;
+    typedef IvSide Side;
+    __device__ static int units(int64_t cols) { return (int)(cols / G.unit_elems); }
+    __device__ static RowCtx row(const mu_cu_weight &w, int64_t r) {
+        const int64_t bpr = w.cols / G.block_elems;
+        RowCtx c;
+        c.qs = w.qs + r * (w.cols / G.unit_elems) * 16;
+        c.qh = G.qh ? w.qh + r * bpr * G.qh : nullptr;
+        c.meta = G.meta ? w.meta + r * bpr * G.meta : nullptr;
+        c.d = w.d + r * bpr * G.dh;
+        return c;
+    }
+    __device__ static const void *ptr(const RowCtx &c, int u) { return c.qs + u * 16; }
+    __device__ static void prefetch(const RowCtx &, int) {}
+    __device__ static Side side(const RowCtx &rc, int u) {
+        const int b = u / UPB, q = u % UPB;
+        Side sd{0u, 0u, 0u, 0u};
+        sd.d = G.dh == 2 ? __ldg(reinterpret_cast<const uint32_t *>(rc.d) + b) : (uint32_t)__ldg(rc.d + b);
+        if constexpr (TYPE == MU_TYPE_IQ4_XS) sd.meta = __ldg(rc.meta + 8 * b + q);
+        if constexpr (GROUPS == 4) sd.meta = __ldg(reinterpret_cast<const uint32_t *>(rc.meta + 16 * b + 4 * q));
+        if constexpr (TYPE == MU_TYPE_Q5_0 || TYPE == MU_TYPE_Q5_1) sd.qh0 = __ldg(reinterpret_cast<const uint32_t *>(rc.qh) + b);
+        if constexpr (TYPE == MU_TYPE_Q3_K) {
+            const uint2 h = __ldg(reinterpret_cast<const uint2 *>(rc.qh + 32 * b + 8 * q));
+            sd.qh0 = h.x, sd.qh1 = h.y;
+        }
+        return sd;
+    }
+    __device__ static IvGroup group(const Side &sd, int u, const uint4 &v, int j) {
+        IvGroup g;
+        const float d = f16_to_f32((uint16_t)(sd.d & 0xFFFF));
+        g.o = 0.0f;
+        if constexpr (GROUPS == 2) {
+            g.e = u * 32 + 16 * j;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t nib = (j ? word_of(v, k) >> 4 : word_of(v, k)) & 0x0F0F0F0Fu;
+                if constexpr (TYPE == MU_TYPE_Q5_0 || TYPE == MU_TYPE_Q5_1) {
+                    const uint32_t v5 = nib | spread4((sd.qh0 >> (16 * j + 4 * k)) & 15u) << 4;
+                    g.q[k] = TYPE == MU_TYPE_Q5_0 ? __vsub4(v5, 0x10101010u) : v5;
+                } else if constexpr (TYPE == MU_TYPE_IQ4_NL || TYPE == MU_TYPE_IQ4_XS) {
+                    g.q[k] = iq4_levels4(nib);
+                } else {
+                    g.q[k] = nib;
+                }
+            }
+            if constexpr (TYPE == MU_TYPE_IQ4_XS) g.s = d * iv_small_float(sd.meta, 32);
+            else g.s = d;
+            if constexpr (OFFSET) g.o = f16_to_f32((uint16_t)(sd.d >> 16));
+        } else { /* Q2_K, Q3_K: unit q = 2h + half */
+            const int b = u / UPB, q = u % UPB, h = q >> 1, half = q & 1;
+            g.e = b * 256 + 16 * (8 * h + 2 * j + half);
+            const uint32_t sc = (sd.meta >> (8 * j)) & 0xFF;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t low = (word_of(v, k) >> (2 * j)) & 0x03030303u;
+                if constexpr (TYPE == MU_TYPE_Q3_K) {
+                    const uint32_t hb = ((j < 2 ? sd.qh0 : sd.qh1) >> (16 * (j & 1) + 4 * k)) & 15u;
+                    g.q[k] = __vsub4(low | spread4(hb) << 2, 0x04040404u);
+                } else {
+                    g.q[k] = low;
+                }
+            }
+            if constexpr (TYPE == MU_TYPE_Q3_K) {
+                g.s = d * iv_small_float(sc, 32);
+            } else {
+                g.s = d * iv_small_float(sc & 15, 0);
+                g.o = -(f16_to_f32((uint16_t)(sd.d >> 16)) * iv_small_float(sc >> 4, 0));
+            }
+        }
+        return g;
+    }
+    __device__ static float dot_q8(const RowCtx &, int u, const uint4 &v, const Side &sd, const mu_cu_act &a) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < GROUPS; j++) {
+            const IvGroup g = group(sd, u, v, j);
+            const float2 ds = ld_ds(a, g.e);
+            const int4 x = ld_q16(a, g.e);
+            int i = __dp4a((int)g.q[0], x.x, IV_MAGIC);
+            i = __dp4a((int)g.q[1], x.y, i), i = __dp4a((int)g.q[2], x.z, i), i = __dp4a((int)g.q[3], x.w, i);
+            acc += g.s * (ds.x * iv_magic_float(i));
+            if (OFFSET) acc += g.o * ds.y;
+        }
+        return acc;
+    }
+    __device__ static float dot_f32(const RowCtx &, int u, const uint4 &v, const Side &sd, const mu_cu_act &a) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < GROUPS; j++) {
+            const IvGroup g = group(sd, u, v, j);
+            float sv = 0.f, sx = 0.f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float4 x = ld_x4(a.x + g.e + 4 * k);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    sv += (float)(int8_t)((g.q[k] >> (8 * i)) & 0xFF) * f4(x, i);
+                    if (OFFSET) sx += f4(x, i);
+                }
+            }
+            acc += g.s * sv + (OFFSET ? g.o * sx : 0.0f);
+        }
+        return acc;
+    }
+    template <class O>
+    __device__ static void dequant(const RowCtx &rc, int u, const uint4 &v, O *dst) {
+        const Side sd = side(rc, u);
+#pragma unroll
+        for (int j = 0; j < GROUPS; j++) {
+            const IvGroup g = group(sd, u, v, j);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float p = __fmul_rn(g.s, (float)(int8_t)((g.q[k] >> (8 * i)) & 0xFF));
+                    put(dst, g.e + 4 * k + i, OFFSET ? __fadd_rn(p, g.o) : p);
+                }
+        }
+    }
+};
+
 /* ---- float formats: f32 activations in both lanes ---- */
 template <int KIND> /* 0: F32, 1: F16, 2: BF16 */
 struct TFloat {
@@ -408,12 +600,19 @@ struct TFloat {
     }
 };
 
-/* Runs BODY with TT = the decoder of a unit format (Q8_0, Q4_0, F32, F16,
- * BF16); nothing for other types. */
+/* Runs BODY with TT = the decoder of a unit format (Q8_0, Q4_0, the
+ * integer-view formats, F32, F16, BF16); nothing for other types. */
 #define MU_CU_DISPATCH_UNITS(type, BODY)                            \
     switch (type) {                                                 \
     case MU_TYPE_Q8_0: { typedef TQ80 TT; BODY; } break;            \
     case MU_TYPE_Q4_0: { typedef TQ40 TT; BODY; } break;            \
+    case MU_TYPE_Q4_1: { typedef TIv<MU_TYPE_Q4_1> TT; BODY; } break;     \
+    case MU_TYPE_Q5_0: { typedef TIv<MU_TYPE_Q5_0> TT; BODY; } break;     \
+    case MU_TYPE_Q5_1: { typedef TIv<MU_TYPE_Q5_1> TT; BODY; } break;     \
+    case MU_TYPE_IQ4_NL: { typedef TIv<MU_TYPE_IQ4_NL> TT; BODY; } break; \
+    case MU_TYPE_IQ4_XS: { typedef TIv<MU_TYPE_IQ4_XS> TT; BODY; } break; \
+    case MU_TYPE_Q2_K: { typedef TIv<MU_TYPE_Q2_K> TT; BODY; } break;     \
+    case MU_TYPE_Q3_K: { typedef TIv<MU_TYPE_Q3_K> TT; BODY; } break;     \
     case MU_TYPE_F32: { typedef TFloat<0> TT; BODY; } break;        \
     case MU_TYPE_F16: { typedef TFloat<1> TT; BODY; } break;        \
     case MU_TYPE_BF16: { typedef TFloat<2> TT; BODY; } break;       \

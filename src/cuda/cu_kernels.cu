@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <type_traits>
 
 #include "cuda/cu_device.cuh"
 
@@ -57,7 +58,14 @@ extern "C" bool mu_cu_weight_layout(uint32_t type, int64_t rows, int64_t cols, m
     case MU_TYPE_F32: if (cols % 4) return false; o->qs = r * cols * 4; return true;
     case MU_TYPE_F16:
     case MU_TYPE_BF16: if (cols % 8) return false; o->qs = r * cols * 2; return true;
-    default: return false;
+    default: {
+        const IvGeom g = iv_geom(type);
+        if (!g.block_elems || cols % g.block_elems) return false;
+        const uint64_t nb = r * (uint64_t)(cols / g.block_elems);
+        o->qs = nb * (uint64_t)(g.block_elems / g.unit_elems) * 16;
+        o->qh = nb * (uint64_t)g.qh, o->meta = nb * (uint64_t)g.meta, o->d = nb * (uint64_t)g.dh * 2;
+        return true;
+    }
     }
 }
 
@@ -68,8 +76,62 @@ extern "C" int32_t mu_cu_units(uint32_t type, int64_t cols) {
     case MU_TYPE_Q4_0: return (int32_t)(cols / 32);
     case MU_TYPE_F32: return (int32_t)(cols / 4);
     case MU_TYPE_F16: case MU_TYPE_BF16: return (int32_t)(cols / 8);
-    default: return 0;
+    default: return iv_geom(type).unit_elems ? (int32_t)(cols / iv_geom(type).unit_elems) : 0;
     }
+}
+
+/* An integer-view block (file layout, quant.h) into the streams of
+ * cu_device.cuh's TIv; gb: its index among the weight's blocks. */
+__device__ void iv_repack_block(uint32_t type, const uint8_t *src, int64_t gb, uint8_t *qs, uint8_t *qh, uint8_t *meta,
+                                uint16_t *d) {
+    const IvGeom g = iv_geom(type);
+    const int qs_bytes = g.block_elems / g.unit_elems * 16;
+    auto half_at = [&](int at) { return (uint16_t)(src[at] | (src[at + 1] << 8)); };
+    int qs_at = 0;
+    switch (type) {
+    case MU_TYPE_Q4_1: d[2 * gb] = half_at(0), d[2 * gb + 1] = half_at(2), qs_at = 4; break;
+    case MU_TYPE_Q5_0:
+        d[gb] = half_at(0), qs_at = 6;
+        for (int k = 0; k < 4; k++) qh[gb * 4 + k] = src[2 + k];
+        break;
+    case MU_TYPE_Q5_1:
+        d[2 * gb] = half_at(0), d[2 * gb + 1] = half_at(2), qs_at = 8;
+        for (int k = 0; k < 4; k++) qh[gb * 4 + k] = src[4 + k];
+        break;
+    case MU_TYPE_IQ4_NL: d[gb] = half_at(0), qs_at = 2; break;
+    case MU_TYPE_IQ4_XS: { /* d, scales_h, scales_l[4], qs[128] */
+        d[gb] = half_at(0), qs_at = 8;
+        const int sh = half_at(2);
+        for (int j = 0; j < 8; j++)
+            meta[gb * 8 + j] = (uint8_t)(((src[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4);
+        break;
+    }
+    case MU_TYPE_Q2_K: /* scales[16], qs[64], d, dmin */
+        d[2 * gb] = half_at(80), d[2 * gb + 1] = half_at(82), qs_at = 16;
+        for (int q = 0; q < 4; q++)
+            for (int j = 0; j < 4; j++) meta[gb * 16 + 4 * q + j] = src[8 * (q >> 1) + 2 * j + (q & 1)];
+        break;
+    case MU_TYPE_Q3_K: { /* hmask[32], qs[64], scales[12], d */
+        d[gb] = half_at(108), qs_at = 32;
+        for (int q = 0; q < 4; q++) { /* the unit's hmask bits (cu_device.cuh) */
+            uint64_t bits = 0;
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 16; l++)
+                    bits |= (uint64_t)((src[16 * (q & 1) + l] >> (4 * (q >> 1) + j)) & 1) << (16 * j + l);
+            for (int k = 0; k < 8; k++) qh[gb * 32 + 8 * q + k] = (uint8_t)(bits >> (8 * k));
+        }
+        const uint8_t *sc = src + 96;
+        for (int q = 0; q < 4; q++)
+            for (int j = 0; j < 4; j++) {
+                const int gr = 8 * (q >> 1) + 2 * j + (q & 1);
+                const int low = gr < 8 ? sc[gr] & 15 : sc[gr - 8] >> 4;
+                meta[gb * 16 + 4 * q + j] = (uint8_t)(low | ((sc[8 + gr % 4] >> (2 * (gr / 4))) & 3) << 4);
+            }
+        break;
+    }
+    default: return;
+    }
+    for (int k = 0; k < qs_bytes; k++) qs[gb * qs_bytes + k] = src[qs_at + k];
 }
 
 /* One thread per block of the file's layout: bytes move to their streams.
@@ -83,7 +145,10 @@ __global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, in
     case MU_TYPE_Q6_K: bpr = (int)(w.cols / 256), bb = 210; break;
     case MU_TYPE_Q8_0: bpr = (int)(w.cols / 32), bb = 34; break;
     case MU_TYPE_Q4_0: bpr = (int)(w.cols / 32), bb = 18; break;
-    default: return;
+    default:
+        if (!iv_geom(w.type).block_elems) return;
+        bpr = (int)(w.cols / iv_geom(w.type).block_elems), bb = iv_geom(w.type).block_bytes;
+        break;
     }
     if (src_stride <= 0) src_stride = (int64_t)bpr * bb;
     const int64_t total = nrows * bpr;
@@ -111,6 +176,7 @@ __global__ void repack_kernel(mu_cu_weight w, const uint8_t *raw, int64_t r0, in
             d[gb] = (uint16_t)(src[0] | (src[1] << 8));
             for (int k = 0; k < 16; k++) qs[gb * 16 + k] = src[2 + k];
             break;
+        default: iv_repack_block(w.type, src, gb, qs, qh, meta, d); break;
         }
     }
 }
@@ -860,6 +926,19 @@ struct PolKQP : PolKQ<TYPE> {
     static constexpr bool PACKS = true;
 };
 
+/* A decoder's per-unit side record (TT::Side, loaded by TT::side with the
+ * batch), or none. */
+template <class T, class = void>
+struct unit_side {
+    struct type {};
+    static constexpr bool has = false;
+};
+template <class T>
+struct unit_side<T, std::void_t<typename T::Side>> {
+    typedef typename T::Side type;
+    static constexpr bool has = true;
+};
+
 /* Unit formats: lane l takes units i0 + 32k + l (k < MV_NB) of the row. */
 template <class TT>
 struct PolUnit {
@@ -870,6 +949,7 @@ struct PolUnit {
     static constexpr bool PACKS = false;
     struct Regs {
         uint4 v[MV_NB];
+        typename unit_side<TT>::type sd[MV_NB];
         int u0;
     };
     static constexpr bool NORM_IN = false;
@@ -906,6 +986,14 @@ struct PolUnit {
             const int u = i0 + k * 32 + lane;
             R.v[k] = u < i1 ? ld_stream(p + (uint32_t)u * 16u) : make_uint4(0, 0, 0, 0);
         }
+        if constexpr (unit_side<TT>::has) {
+            const RowCtx rc = TT::row(w, row);
+#pragma unroll
+            for (int k = 0; k < MV_NB; k++) {
+                const int u = i0 + k * 32 + lane;
+                if (u < i1) R.sd[k] = TT::side(rc, u);
+            }
+        }
     }
     __device__ static float dot_fast(const Regs &R, const mu_cu_weight &w, int64_t row, const mu_cu_act &act,
                                      const uint8_t *sm) {
@@ -919,7 +1007,11 @@ struct PolUnit {
 #pragma unroll
         for (int k = 0; k < MV_NB; k++) {
             const int u = R.u0 + k * 32 + lane;
-            if (u < n) acc += TT::dot_q8(rc, u, R.v[k], s);
+            if constexpr (unit_side<TT>::has) {
+                if (u < n) acc += TT::dot_q8(rc, u, R.v[k], R.sd[k], s);
+            } else {
+                if (u < n) acc += TT::dot_q8(rc, u, R.v[k], s);
+            }
         }
         return acc;
     }
@@ -930,7 +1022,11 @@ struct PolUnit {
 #pragma unroll
         for (int k = 0; k < MV_NB; k++) {
             const int u = R.u0 + k * 32 + lane;
-            if (u < n) acc += TT::dot_f32(rc, u, R.v[k], act);
+            if constexpr (unit_side<TT>::has) {
+                if (u < n) acc += TT::dot_f32(rc, u, R.v[k], R.sd[k], act);
+            } else {
+                if (u < n) acc += TT::dot_f32(rc, u, R.v[k], act);
+            }
         }
         return acc;
     }
@@ -1811,6 +1907,13 @@ extern "C" cudaError_t mu_cu_matvec(const mu_cu_mv *in, cudaStream_t s) {
     switch (type) {
     case MU_TYPE_Q8_0: return launch_lane<PolUnit<TQ80>>(&a, jobs, smem, s);
     case MU_TYPE_Q4_0: return launch_lane<PolUnit<TQ40>>(&a, jobs, smem, s);
+    case MU_TYPE_Q4_1: return launch_lane<PolUnit<TIv<MU_TYPE_Q4_1>>>(&a, jobs, smem, s);
+    case MU_TYPE_Q5_0: return launch_lane<PolUnit<TIv<MU_TYPE_Q5_0>>>(&a, jobs, smem, s);
+    case MU_TYPE_Q5_1: return launch_lane<PolUnit<TIv<MU_TYPE_Q5_1>>>(&a, jobs, smem, s);
+    case MU_TYPE_IQ4_NL: return launch_lane<PolUnit<TIv<MU_TYPE_IQ4_NL>>>(&a, jobs, smem, s);
+    case MU_TYPE_IQ4_XS: return launch_lane<PolUnit<TIv<MU_TYPE_IQ4_XS>>>(&a, jobs, smem, s);
+    case MU_TYPE_Q2_K: return launch_lane<PolUnit<TIv<MU_TYPE_Q2_K>>>(&a, jobs, smem, s);
+    case MU_TYPE_Q3_K: return launch_lane<PolUnit<TIv<MU_TYPE_Q3_K>>>(&a, jobs, smem, s);
     case MU_TYPE_F32: return launch_lane<PolUnit<TFloat<0>>>(&a, jobs, smem, s);
     case MU_TYPE_F16: return launch_lane<PolUnit<TFloat<1>>>(&a, jobs, smem, s);
     case MU_TYPE_BF16: return launch_lane<PolUnit<TFloat<2>>>(&a, jobs, smem, s);
@@ -1968,6 +2071,13 @@ extern "C" cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *x, 
             break;
         case MU_TYPE_Q8_0: e = launch_mvr_rows<PolUnit<TQ80>>(w, xj, ldx, yj, ldy, n, s); break;
         case MU_TYPE_Q4_0: e = launch_mvr_rows<PolUnit<TQ40>>(w, xj, ldx, yj, ldy, n, s); break;
+        case MU_TYPE_Q4_1: e = launch_mvr_rows<PolUnit<TIv<MU_TYPE_Q4_1>>>(w, xj, ldx, yj, ldy, n, s); break;
+        case MU_TYPE_Q5_0: e = launch_mvr_rows<PolUnit<TIv<MU_TYPE_Q5_0>>>(w, xj, ldx, yj, ldy, n, s); break;
+        case MU_TYPE_Q5_1: e = launch_mvr_rows<PolUnit<TIv<MU_TYPE_Q5_1>>>(w, xj, ldx, yj, ldy, n, s); break;
+        case MU_TYPE_IQ4_NL: e = launch_mvr_rows<PolUnit<TIv<MU_TYPE_IQ4_NL>>>(w, xj, ldx, yj, ldy, n, s); break;
+        case MU_TYPE_IQ4_XS: e = launch_mvr_rows<PolUnit<TIv<MU_TYPE_IQ4_XS>>>(w, xj, ldx, yj, ldy, n, s); break;
+        case MU_TYPE_Q2_K: e = launch_mvr_rows<PolUnit<TIv<MU_TYPE_Q2_K>>>(w, xj, ldx, yj, ldy, n, s); break;
+        case MU_TYPE_Q3_K: e = launch_mvr_rows<PolUnit<TIv<MU_TYPE_Q3_K>>>(w, xj, ldx, yj, ldy, n, s); break;
         case MU_TYPE_F32: e = launch_mvr_rows<PolUnit<TFloat<0>>>(w, xj, ldx, yj, ldy, n, s); break;
         case MU_TYPE_F16: e = launch_mvr_rows<PolUnit<TFloat<1>>>(w, xj, ldx, yj, ldy, n, s); break;
         case MU_TYPE_BF16: e = launch_mvr_rows<PolUnit<TFloat<2>>>(w, xj, ldx, yj, ldy, n, s); break;

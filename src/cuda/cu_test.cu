@@ -49,7 +49,7 @@ int block_bytes(uint32_t type, int &elems) {
     case MU_TYPE_Q4_0: elems = 32; return 18;
     case MU_TYPE_F32: elems = 1; return 4;
     case MU_TYPE_F16: case MU_TYPE_BF16: elems = 1; return 2;
-    default: elems = 0; return 0;
+    default: elems = iv_geom(type).block_elems; return iv_geom(type).block_bytes;
     }
 }
 
