@@ -1,5 +1,6 @@
 /* session.c — the public model and session API (include/muser.h): loading,
- * backend selection, and feeding tokens in chunks of n_batch. */
+ * sessions around a backend opened above (backends.c), and feeding tokens
+ * in chunks of n_batch. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -7,7 +8,6 @@
 
 #include "engine/engine.h"
 #include "engine/parity.h"
-#include "cpu/pool.h"
 #include "text/vocab.h"
 #include "util/error.h"
 
@@ -129,85 +129,45 @@ muser_session_params muser_session_default_params(void) {
     return p;
 }
 
-int muser_session_new(const muser_model *model, const muser_session_params *params, muser_session **out) {
-    *out = NULL;
+int mu_session_config_resolve(const mu_model *model, const muser_session_params *p, mu_session_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
     if (!model) return mu_fail(MUSER_EINVAL, "session: model is NULL");
     if (!model->layers)
         return mu_fail(MUSER_EINVAL, "the model was loaded with muser_model_load_vocab (tokenizer only) and cannot run; "
                                      "load it with muser_model_load");
-    muser_session_params p = params ? *params : muser_session_default_params();
     const mu_hparams *hp = &model->hp;
-    mu_session_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0)
+    if (p->n_ctx < 0 || p->n_batch < 0 || p->n_threads < 0)
         return mu_fail(MUSER_EINVAL, "context, batch and thread counts must not be negative");
-    cfg.n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (cfg.n_ctx > hp->n_ctx_train)
-        return mu_fail(MUSER_EINVAL, "context %d exceeds the model's trained context %d", cfg.n_ctx, hp->n_ctx_train);
-    cfg.n_batch = p.n_batch ? p.n_batch : 512;
-    if (cfg.n_batch > cfg.n_ctx) cfg.n_batch = cfg.n_ctx;
-    cfg.n_threads = p.n_threads ? p.n_threads : mu_cpu_count();
-    cfg.lane = p.lane;
-    cfg.kv_type = p.kv_type;
-    cfg.gpus = p.gpus;
-    if (p.lane != MUSER_LANE_EXACT && p.lane != MUSER_LANE_FAST && p.lane != MUSER_LANE_AUTO)
+    cfg->n_ctx = p->n_ctx ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (cfg->n_ctx > hp->n_ctx_train)
+        return mu_fail(MUSER_EINVAL, "context %d exceeds the model's trained context %d", cfg->n_ctx, hp->n_ctx_train);
+    cfg->n_batch = p->n_batch ? p->n_batch : 512;
+    if (cfg->n_batch > cfg->n_ctx) cfg->n_batch = cfg->n_ctx;
+    cfg->n_threads = p->n_threads;
+    cfg->lane = p->lane;
+    cfg->kv_type = p->kv_type;
+    cfg->gpus = p->gpus;
+    if (p->lane != MUSER_LANE_EXACT && p->lane != MUSER_LANE_FAST && p->lane != MUSER_LANE_AUTO)
         return mu_fail(MUSER_EINVAL, "unknown lane");
-    /* AUTO: fast on the GPU, exact elsewhere (resolved per backend below) */
-    const bool lane_auto = p.lane == MUSER_LANE_AUTO;
-    cfg.lane = lane_auto ? MUSER_LANE_EXACT : p.lane;
-    if (p.kv_type != MUSER_KV_F16 && p.kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
-    if (p.gpus < 0) return mu_fail(MUSER_EINVAL, "--gpus must be at least 1");
-    /* asking for GPUs by count never falls back to the CPU quietly */
-    if (p.gpus > 0 && (p.backend == MUSER_BACKEND_CPU || p.backend == MUSER_BACKEND_REF))
-        return mu_fail(MUSER_EINVAL, "--gpus %d splits the model over GPUs and needs --backend cuda (or auto), not %s",
-                       p.gpus, p.backend == MUSER_BACKEND_CPU ? "cpu" : "ref");
+    if (p->kv_type != MUSER_KV_F16 && p->kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
+    if (p->gpus < 0) return mu_fail(MUSER_EINVAL, "--gpus must be at least 1");
+    return 0;
+}
 
+int mu_session_open(const mu_model *model, const mu_session_config *cfg, muser_backend kind, mu_backend *backend,
+                    muser_session **out) {
+    *out = NULL;
     muser_session *s = calloc(1, sizeof *s);
-    if (!s) return mu_fail(MUSER_ENOMEM, "out of memory");
-    s->history = malloc(sizeof(muser_token) * (size_t)cfg.n_ctx);
-    if (!s->history) {
+    if (s) s->history = malloc(sizeof(muser_token) * (size_t)cfg->n_ctx);
+    if (!s || !s->history) {
         free(s);
+        backend->ops->free(backend);
         return mu_fail(MUSER_ENOMEM, "out of memory");
     }
     s->model = model;
-    s->cfg = cfg;
-    int rc;
-    switch (p.backend) {
-    case MUSER_BACKEND_CPU: rc = mu_cpu_backend_new(model, &cfg, &s->backend); break;
-    case MUSER_BACKEND_REF: rc = mu_ref_backend_new(model, &cfg, &s->backend); break;
-    case MUSER_BACKEND_CUDA:
-        if (lane_auto) cfg.lane = MUSER_LANE_FAST;
-        rc = mu_cuda_backend_new(model, &cfg, &s->backend);
-        break;
-    case MUSER_BACKEND_AUTO:
-#ifdef MUSER_HAVE_CUDA
-        if (lane_auto) cfg.lane = MUSER_LANE_FAST;
-        rc = mu_cuda_backend_new(model, &cfg, &s->backend);
-        if (rc == 0) {
-            p.backend = MUSER_BACKEND_CUDA;
-            break;
-        }
-        if (p.gpus > 0) break; /* the CUDA backend's error stands */
-        mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
-#else
-        if (p.gpus > 0) {
-            rc = mu_fail(MUSER_EUNSUPPORTED, "--gpus %d: this build has no CUDA backend", p.gpus);
-            break;
-        }
-#endif
-        p.backend = MUSER_BACKEND_CPU;
-        if (lane_auto) cfg.lane = MUSER_LANE_EXACT;
-        rc = mu_cpu_backend_new(model, &cfg, &s->backend);
-        break;
-    default: rc = mu_fail(MUSER_EINVAL, "unknown backend %d", (int)p.backend);
-    }
-    if (rc) {
-        free(s->history);
-        free(s);
-        return rc;
-    }
-    s->backend_kind = p.backend;
-    s->cfg = cfg; /* the lane as resolved */
+    s->cfg = *cfg;
+    s->backend_kind = kind;
+    s->backend = backend;
     *out = s;
     return 0;
 }
