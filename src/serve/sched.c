@@ -98,32 +98,32 @@ void srv_job_release(srv_job *j) {
     if (left) return;
     srv_request_free(&j->req);
     free(j->prompt);
-    chat_buf_free(&j->out);
+    mu_buf_free(&j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
 
 /* Hands bytes to the HTTP side; done: nothing more will come. */
-static void deliver(srv_job *j, chat_buf *bytes, bool done, int status) {
+static void deliver(srv_job *j, mu_buf *bytes, bool done, int status) {
     pthread_mutex_lock(&j->mu);
-    if (bytes && bytes->len) chat_buf_put(&j->out, bytes->data, bytes->len);
+    if (bytes && bytes->len) mu_buf_put(&j->out, bytes->data, bytes->len);
     if (done) {
         j->done = true;
         j->status = status;
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (bytes) chat_buf_free(bytes);
+    if (bytes) mu_buf_free(bytes);
 }
 
 /* Ends a job that never ran (queue full at shutdown) or failed. */
 static void deliver_error(srv_job *j, const srv_error *e) {
-    chat_buf b = {0};
+    mu_buf b = {0};
     if (j->req.stream) {
-        chat_buf_puts(&b, "data: ");
+        mu_buf_puts(&b, "data: ");
         srv_error_json(&b, e);
-        chat_buf_puts(&b, "\n\n");
+        mu_buf_puts(&b, "\n\n");
     } else {
         srv_error_json(&b, e);
     }
@@ -264,7 +264,7 @@ static void count_recent(srv_sched *s, uint64_t tokens) {
 
 /* Ends the output, hands the rest to the client, frees the slot. */
 static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
-    chat_buf out = {0};
+    mu_buf out = {0};
     if (!sl->output.stopper.matched) {
         const char *rest = muser_detok_flush(sl->detok);
         if (rest && *rest) srv_output_push(&sl->output, rest, &out);
@@ -277,7 +277,7 @@ static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
     if (out.oom) {
         srv_error e;
         srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory writing the response");
-        chat_buf_free(&out);
+        mu_buf_free(&out);
         deliver_error(sl->job, &e);
     } else {
         deliver(sl->job, &out, true, 200);
@@ -309,10 +309,10 @@ static void next_token(srv_sched *s, srv_slot *sl) {
         return;
     }
     sl->generated++;
-    chat_buf sse = {0};
+    mu_buf sse = {0};
     bool stopped = srv_output_push(&sl->output, muser_detok_push(sl->detok, t), &sse);
     if (sse.len) deliver(sl->job, &sse, false, 0);
-    chat_buf_free(&sse);
+    mu_buf_free(&sse);
     if (stopped) finish(s, sl, SRV_FINISH_STOP);
     else if ((r->max_tokens >= 0 && sl->generated >= r->max_tokens) || muser_session_pos(sl->session) >= s->n_ctx)
         finish(s, sl, SRV_FINISH_LENGTH);
