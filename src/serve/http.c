@@ -27,6 +27,7 @@
 #include "serve/response.h"
 #include "serve/sched.h"
 #include "text/utf8.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 struct srv_server {
@@ -45,12 +46,6 @@ typedef struct conn_req {
     mu_buf body;
     bool too_large;
 } conn_req;
-
-static double mono_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- replies ----------------------------------------------------------------------- */
 
@@ -319,7 +314,7 @@ static enum MHD_Result handle_metrics(srv_server *srv, struct MHD_Connection *c)
     metric(&b, "queue_depth", "gauge", "Requests waiting for a slot.", st.queued);
     metric(&b, "sessions_active", "gauge", "Slots serving a request.", st.busy_slots);
     metric(&b, "slots", "gauge", "Slots (--parallel).", st.n_slots);
-    metric(&b, "uptime_seconds", "gauge", "Seconds since the server started.", mono_seconds() - srv->started_at);
+    metric(&b, "uptime_seconds", "gauge", "Seconds since the server started.", mu_now_seconds() - srv->started_at);
     size_t len = b.len;
     char *data = b.oom ? NULL : mu_buf_take(&b);
     mu_buf_free(&b);
@@ -584,7 +579,7 @@ int srv_server_start(const srv_config *cfg, srv_server **out) {
     if (!srv) return mu_fail(MUSER_ENOMEM, "out of memory");
     srv->cfg = *cfg;
     srv->created = (int64_t)time(NULL);
-    srv->started_at = mono_seconds();
+    srv->started_at = mu_now_seconds();
     muser_model_info info;
     muser_model_get_info(cfg->model, &info);
     srv->parse_opts.defaults = cfg->sampling;
