@@ -19,6 +19,7 @@
 
 #include "cpu/cpu_internal.h"
 #include "cpu/ops.h"
+#include "model/rope.h"
 #include "util/error.h"
 
 /* ---- per-token elementwise steps -------------------------------------------
