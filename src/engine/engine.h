@@ -113,8 +113,11 @@ int mu_session_open(const mu_model *m, const mu_session_config *cfg, muser_backe
                     muser_session **out);
 
 /* Feeds one token and chooses the next through the backend's decode_select
- * (device-side on CUDA), else from the logits on the host; the session
- * advances by one position. Logits are kept only when keep_logits. */
+ * (device-side on CUDA), else with the sampler (sample/) from the logits on
+ * the host: greedy when temperature <= 0, else a softmax draw at that
+ * temperature whose stream goes on while temperature and seed stay the
+ * same. The session advances by one position. Logits are kept only when
+ * keep_logits. */
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
                              muser_token *next);
 

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/parity.h"
 #include "text/vocab.h"
 #include "util/error.h"
 
@@ -29,6 +28,12 @@ struct muser_session {
         size_t size;
     } *ckpt;
     int n_ckpt, max_ckpt;
+    /* mu_session_decode_select on a backend without decode_select: the
+     * sampler picks from the logits (made on first use, made again when
+     * the temperature or the seed changes) */
+    muser_sampler *host_sampler;
+    float host_temperature;
+    uint64_t host_seed;
 };
 
 static void drop_checkpoint(struct checkpoint *c) {
@@ -179,6 +184,7 @@ void muser_session_free(muser_session *s) {
     free(s->ckpt);
     free(s->logits);
     free(s->history);
+    muser_sampler_free(s->host_sampler);
     free(s);
 }
 
@@ -223,22 +229,19 @@ int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool 
     return 0;
 }
 
-/* Host fallback of decode_select: argmax, or a Gumbel-max sample. */
-static muser_token host_select(const float *logits, int V, float temperature, uint64_t seed, int pos) {
-    if (temperature <= 0.0f) return mu_argmax(logits, V);
-    int best = 0;
-    double best_key = -INFINITY;
-    uint64_t st = seed ^ ((uint64_t)pos * 0x9E3779B97F4A7C15ull);
-    for (int i = 0; i < V; i++) {
-        uint64_t z = (st += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        double u = ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-        double key = logits[i] / temperature - log(-log(u));
-        if (key > best_key) best_key = key, best = i;
-    }
-    return best;
+/* The sampler for host-side selection: greedy at temperature <= 0, else
+ * a plain softmax draw at that temperature (no top-k/p, no penalties). */
+static int host_sampler_for(muser_session *s, float temperature, uint64_t seed) {
+    if (s->host_sampler && s->host_temperature == temperature && s->host_seed == seed) return 0;
+    if (!isfinite(temperature)) return mu_fail(MUSER_EINVAL, "decode: the temperature must be a finite number");
+    const muser_sampler_params p = {.temperature = temperature, .top_p = 1.0f, .repeat_penalty = 1.0f, .seed = seed};
+    muser_sampler *smp = muser_sampler_new(&p, s->model->hp.n_vocab);
+    if (!smp) return mu_fail(MUSER_ENOMEM, "out of memory for the sampler");
+    muser_sampler_free(s->host_sampler);
+    s->host_sampler = smp;
+    s->host_temperature = temperature;
+    s->host_seed = seed;
+    return 0;
 }
 
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
@@ -246,9 +249,10 @@ int mu_session_decode_select(muser_session *s, muser_token token, float temperat
     const int V = s->model->hp.n_vocab;
     const mu_backend_ops *ops = s->backend->ops;
     if (!s->backend->decode_select) {
-        int rc = muser_session_feed(s, &token, 1, false);
+        int rc = host_sampler_for(s, temperature, seed);
+        if (!rc) rc = muser_session_feed(s, &token, 1, false);
         if (rc) return rc;
-        *next = host_select(muser_session_logits(s), V, temperature, seed, s->pos - 1);
+        *next = muser_sampler_sample(s->host_sampler, muser_session_logits(s));
         return 0;
     }
     if (token < 0 || token >= V) return mu_fail(MUSER_ERANGE, "token id %d is outside the vocabulary [0, %d)", token, V);
