@@ -6,7 +6,9 @@
  * more sessions than the leader's n_batch run in chunks; a chunk the
  * backend refuses (MUSER_EUNSUPPORTED: too few rows, rows it cannot mix —
  * the CUDA backend does both) is fed row by row, whatever its place; bad
- * calls fail before changing anything. */
+ * calls fail before changing anything. mu_session_decode_select without a
+ * device-side choice picks through the sampler. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,6 +143,57 @@ static void bad_calls(const muser_model *m, int V) {
     muser_session_free(twin);
 }
 
+/* mu_session_decode_select on a backend without its own (the CPU): greedy
+ * is the argmax of a plain feed's logits, which it keeps; a temperature
+ * draws through the sampler, the same tokens for the same seed; a NaN
+ * temperature fails before the session moves. */
+static void decode_select_on_host(const muser_model *m, int V) {
+    muser_session *s = new_session(m, MUSER_KV_F32, 1), *fed = new_session(m, MUSER_KV_F32, 1);
+    muser_token tok = 3;
+    for (int step = 0; step < STEPS; step++) {
+        muser_token next = -1;
+        CHECK(mu_session_decode_select(s, tok, 0.0f, 0, true, &next) == 0);
+        CHECK(muser_session_feed(fed, &tok, 1, false) == 0);
+        const float *l = muser_session_logits(fed);
+        int top = 0;
+        for (int v = 1; v < V; v++)
+            if (l[v] > l[top]) top = v;
+        CHECKF(next == top, "step %d: greedy chose %d, the logits' argmax is %d", step, next, top);
+        CHECK(muser_session_logits(s) && memcmp(muser_session_logits(s), l, sizeof(float) * (size_t)V) == 0);
+        tok = next;
+    }
+    CHECK(muser_session_pos(s) == STEPS);
+    muser_session_free(s);
+    muser_session_free(fed);
+
+    /* at temperature 50 the draw is close to uniform over the 50 tokens, so
+     * it cannot follow the argmax for 12 steps (chance about 1e-20) */
+    muser_token runs[2][STEPS];
+    int off_greedy = 0;
+    for (int r = 0; r < 2; r++) {
+        muser_session *t = new_session(m, MUSER_KV_F32, 1);
+        tok = 3;
+        for (int step = 0; step < STEPS; step++) {
+            CHECK(mu_session_decode_select(t, tok, 50.0f, 42, true, &runs[r][step]) == 0);
+            CHECK(runs[r][step] >= 0 && runs[r][step] < V);
+            const float *l = muser_session_logits(t);
+            int top = 0;
+            for (int v = 1; v < V; v++)
+                if (l[v] > l[top]) top = v;
+            off_greedy += r == 0 && runs[r][step] != top;
+            tok = runs[r][step];
+        }
+        if (r == 0) {
+            muser_token unchanged = -1;
+            CHECK(mu_session_decode_select(t, tok, NAN, 42, false, &unchanged) == MUSER_EINVAL);
+            CHECK(muser_session_pos(t) == STEPS && unchanged == -1);
+        }
+        muser_session_free(t);
+    }
+    CHECK(memcmp(runs[0], runs[1], sizeof runs[0]) == 0);
+    CHECKF(off_greedy > 0, "temperature 50 chose the argmax at all %d steps", STEPS);
+}
+
 int main(void) {
     tm_opts o = tm_defaults();
     o.n_layer = 4; /* sliding and full layers */
@@ -157,6 +210,7 @@ int main(void) {
     batch_vs_single(m, o.vocab, 4, MUSER_KV_F16, 1);
     batch_vs_single(m, o.vocab, 6, MUSER_KV_F16, 2);
     bad_calls(m, o.vocab);
+    decode_select_on_host(m, o.vocab);
     /* chunks of 3 + 3 + 1 rows: the last (too few) and the middle (its leader) refused */
     g_wrap.on = true;
     g_wrap.refuse_below = 2;

@@ -165,13 +165,13 @@ static void test_string_arguments(void) {
  * print as ints, others as Python floats. */
 static void test_plain_cjson_numbers(void) {
     cJSON *v = cJSON_Parse("[1.0, 2.5, 1e20, -0.0, 3, 1e-7]");
-    chat_buf b = {0};
+    mu_buf b = {0};
     chat_json_dump(&b, v, true);
-    char *s = chat_buf_take(&b);
+    char *s = mu_buf_take(&b);
     CHECKF(s && strcmp(s, "[1, 2.5, 1e+20, 0, 3, 1e-07]") == 0, "got %s", s ? s : "(null)");
     free(s);
     chat_json_dump(&b, v, false);
-    s = chat_buf_take(&b);
+    s = mu_buf_take(&b);
     CHECKF(s && strcmp(s, "[1,2.5,1e+20,0,3,1e-07]") == 0, "got %s", s ? s : "(null)");
     free(s);
     cJSON_Delete(v);
@@ -279,26 +279,26 @@ static parsed parse_text(const char *text, const char *tools_json, size_t chunk)
     CHECK(chat_parser_new(tools, &p) == MUSER_OK);
     cJSON_Delete(tools);
     if (!p) return r;
-    chat_buf reasoning = {0}, content = {0};
+    mu_buf reasoning = {0}, content = {0};
     int delta_calls = 0;
     size_t n = strlen(text), step = chunk ? chunk : n;
     chat_delta d;
     for (size_t at = 0; at < n; at += step) {
         size_t len = n - at < step ? n - at : step;
         CHECK(chat_parser_feed(p, text + at, len, &d) == MUSER_OK);
-        chat_buf_put(&reasoning, d.reasoning, d.reasoning_len);
-        chat_buf_put(&content, d.content, d.content_len);
+        mu_buf_put(&reasoning, d.reasoning, d.reasoning_len);
+        mu_buf_put(&content, d.content, d.content_len);
         if (!ends_whole_utf8(d.content, d.content_len) || !ends_whole_utf8(d.reasoning, d.reasoning_len))
             r.deltas_whole_utf8 = false;
         delta_calls += d.n_calls;
     }
     chat_result res;
     CHECK(chat_parser_finish(p, &d, &res) == MUSER_OK);
-    chat_buf_put(&reasoning, d.reasoning, d.reasoning_len);
-    chat_buf_put(&content, d.content, d.content_len);
+    mu_buf_put(&reasoning, d.reasoning, d.reasoning_len);
+    mu_buf_put(&content, d.content, d.content_len);
     delta_calls += d.n_calls;
-    r.reasoning = chat_buf_take(&reasoning);
-    r.content = chat_buf_take(&content);
+    r.reasoning = mu_buf_take(&reasoning);
+    r.content = mu_buf_take(&content);
     CHECKF(strcmp(r.reasoning, res.reasoning) == 0, "reasoning deltas '%s' vs result '%s'", r.reasoning, res.reasoning);
     CHECKF(strcmp(r.content, res.content) == 0, "content deltas '%s' vs result '%s'", r.content, res.content);
     CHECK(delta_calls == res.n_calls);
@@ -552,12 +552,12 @@ static void test_parse_split_invariance(void) {
     uint64_t rng = 12345;
     int mismatches = 0;
     for (int iter = 0; iter < 1500; iter++) {
-        chat_buf b = {0};
+        mu_buf b = {0};
         int len = 1 + (int)(tl_rand_u64(&rng) % 24);
         /* most runs start like a real output */
-        if (tl_rand_u64(&rng) % 4) chat_buf_puts(&b, tl_rand_u64(&rng) % 2 ? " to=user<|message|>" : " to=get_weather<|message|>");
-        for (int i = 0; i < len; i++) chat_buf_puts(&b, pieces[tl_rand_u64(&rng) % (uint64_t)n_pieces]);
-        char *text = chat_buf_take(&b);
+        if (tl_rand_u64(&rng) % 4) mu_buf_puts(&b, tl_rand_u64(&rng) % 2 ? " to=user<|message|>" : " to=get_weather<|message|>");
+        for (int i = 0; i < len; i++) mu_buf_puts(&b, pieces[tl_rand_u64(&rng) % (uint64_t)n_pieces]);
+        char *text = mu_buf_take(&b);
         size_t chunk = 1 + (size_t)(tl_rand_u64(&rng) % 5);
         parsed whole = parse_text(text, WEATHER_TOOLS, 0);
         parsed bytes = parse_text(text, WEATHER_TOOLS, 1);

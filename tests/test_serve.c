@@ -251,12 +251,12 @@ static void test_tokenize(void) {
 static char *run_stopper(char *const *stops, int n_stops, const char *const *pieces, int n, bool *matched) {
     srv_stopper st;
     srv_stopper_init(&st, stops, n_stops);
-    chat_buf out = {0};
+    mu_buf out = {0};
     for (int i = 0; i < n; i++) srv_stopper_push(&st, pieces[i], strlen(pieces[i]), &out);
     srv_stopper_flush(&st, &out);
     *matched = st.matched;
     srv_stopper_free(&st);
-    return chat_buf_take(&out);
+    return mu_buf_take(&out);
 }
 
 static void test_stopper(void) {
@@ -283,15 +283,15 @@ static void test_stopper(void) {
 static void test_error_shape(void) {
     srv_error e;
     srv_fail(&e, 404, "invalid_request_error", "model_not_found", "model", "no \"%s\"", "x");
-    chat_buf b = {0};
+    mu_buf b = {0};
     srv_error_json(&b, &e);
     CHECK(!strcmp(b.data, "{\"error\":{\"message\":\"no \\\"x\\\"\",\"type\":\"invalid_request_error\",\"param\":"
                           "\"model\",\"code\":\"model_not_found\"}}"));
-    chat_buf_free(&b);
+    mu_buf_free(&b);
     srv_bad_param(&e, NULL, "plain");
     srv_error_json(&b, &e);
     CHECK(strstr(b.data, "\"param\":null,\"code\":null") != NULL);
-    chat_buf_free(&b);
+    mu_buf_free(&b);
 }
 
 /* A non-streaming chat output: reasoning, answer and a call, typed by the tools. */
@@ -303,7 +303,7 @@ static void test_output(void) {
                           "\"properties\":{\"n\":{\"type\":\"integer\"}}}}}]");
     srv_output o;
     CHECK(srv_output_init(&o, &r, "chatcmpl-1", "model-x", 7) == 0);
-    chat_buf out = {0};
+    mu_buf out = {0};
     const char *pieces[] = {" to=self<|message|>think<|eom|><|start|>assistant to=f<|message|><atem:function_calls>\n",
                             "<atem:invoke name=\"f\">\n<atem:parameter name=\"n\">4</atem:parameter>\n",
                             "</atem:invoke>\n</atem:function_calls>"};
@@ -325,7 +325,7 @@ static void test_output(void) {
     CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"), "cached_tokens")->valueint == 4);
     CHECK(!strcmp(cJSON_GetObjectItem(v, "model")->valuestring, "model-x"));
     cJSON_Delete(v);
-    chat_buf_free(&out);
+    mu_buf_free(&out);
     srv_output_free(&o);
     srv_request_free(&r);
 
@@ -339,7 +339,7 @@ static void test_output(void) {
     CHECK(!strncmp(out.data, "data: {", 7));
     CHECK(strstr(out.data, "\"text\":\"abc\"") && strstr(out.data, "\"finish_reason\":\"length\""));
     CHECK(strstr(out.data, "\"usage\":{") && strstr(out.data, "data: [DONE]\n\n"));
-    chat_buf_free(&out);
+    mu_buf_free(&out);
     srv_output_free(&o);
     srv_request_free(&r);
 }

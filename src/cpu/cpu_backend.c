@@ -16,10 +16,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cpu/cpu_internal.h"
 #include "cpu/ops.h"
+#include "model/rope.h"
 #include "util/error.h"
 
 /* ---- per-token elementwise steps -------------------------------------------
@@ -314,14 +314,6 @@ static void cpu_free(mu_backend *base) {
 }
 
 /* ---- bench hooks ----------------------------------------------------------- */
-
-#if MUSER_PROFILE
-uint64_t mu_prof_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-#endif
 
 static const mu_prof_entry *cpu_profile(mu_backend *base, bool on) {
     cpu_backend *b = (cpu_backend *)base;

@@ -9,6 +9,7 @@
 #include "cpu/kernels.h"
 #include "cpu/pool.h"
 #include "engine/engine.h"
+#include "util/clock.h"
 
 /* ---- profiling ---------------------------------------------------------
  * Per op family: wall time on the calling thread (regions included),
@@ -24,13 +25,12 @@ typedef struct cpu_prof {
 } cpu_prof;
 
 #if MUSER_PROFILE
-uint64_t mu_prof_now_ns(void);
-#define PROF_BEGIN(b) uint64_t prof_t0_ = (b)->prof.on ? mu_prof_now_ns() : 0
+#define PROF_BEGIN(b) uint64_t prof_t0_ = (b)->prof.on ? mu_now_ns() : 0
 #define PROF_END(b, fam, calls_, bytes_)                                                   \
     do {                                                                                   \
         if ((b)->prof.on) {                                                                \
             mu_prof_entry *pe_ = &(b)->prof.e[(fam)];                                      \
-            pe_->ns += mu_prof_now_ns() - prof_t0_;                                        \
+            pe_->ns += mu_now_ns() - prof_t0_;                                        \
             pe_->calls += (calls_);                                                        \
             pe_->bytes += (bytes_);                                                        \
         }                                                                                  \

@@ -188,7 +188,7 @@ void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const flo
 #if MUSER_PROFILE
     if (b->prof.on) {
         /* A set's time is shared among its weight types by bytes. */
-        const uint64_t ns = mu_prof_now_ns() - prof_t0_;
+        const uint64_t ns = mu_now_ns() - prof_t0_;
         for (int j = 0; j < n_jobs; j++) {
             const mu_weight *w = jobs[j].w;
             const uint64_t wb = (uint64_t)w->rows * w->row_bytes;

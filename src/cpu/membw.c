@@ -5,10 +5,10 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cpu/kernels.h"
 #include "cpu/pool.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 struct mu_membw_probe {
@@ -24,12 +24,6 @@ static void stream_worker(void *vctx, int ith, int nth) {
     const size_t pages = p->bytes / 4096;
     const size_t p0 = pages * (size_t)ith / (size_t)nth, p1 = pages * (size_t)(ith + 1) / (size_t)nth;
     p->sink[ith % 64] ^= p->k->stream_read(p->buf + p0 * 4096, (p1 - p0) * 4096);
-}
-
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 mu_membw_probe *mu_membw_probe_new(int n_threads, size_t bytes) {
@@ -72,9 +66,9 @@ void mu_membw_probe_free(mu_membw_probe *p) {
 
 void mu_membw_probe_run(mu_membw_probe *p, int passes, double *gb_s) {
     for (int i = 0; i < passes; i++) {
-        const double t0 = seconds();
+        const double t0 = mu_now_seconds();
         mu_pool_run(p->pool, stream_worker, p);
-        gb_s[i] = (double)p->bytes / (seconds() - t0) / 1e9;
+        gb_s[i] = (double)p->bytes / (mu_now_seconds() - t0) / 1e9;
     }
 }
 

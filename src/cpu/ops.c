@@ -14,18 +14,6 @@ void mu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) 
     }
 }
 
-void mu_rope_table(const mu_hparams *hp, float base, const float *freq_factors, int64_t pos, float *cs) {
-    const float theta_scale = powf(base, -2.0f / (float)hp->n_rot);
-    float theta = (float)pos;
-    for (int i = 0; i < hp->n_rot / 2; i++) {
-        const float ff = freq_factors ? freq_factors[i] : 1.0f;
-        const float t = hp->rope_freq_scale * (theta / ff);
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
-        theta *= theta_scale;
-    }
-}
-
 void mu_rope_apply(const mu_hparams *hp, const float *cs, float *x, int n_heads) {
     const int half = hp->n_rot / 2;
     for (int h = 0; h < n_heads; h++) {

@@ -1,19 +1,18 @@
 /* ops.h — small elementwise CPU ops shared by the CPU forward pass. The
  * arithmetic follows llama.cpp's CPU backend where it matters for parity:
- * RMS norms sum squares in double and scale in float, and RoPE angles come
- * from repeated float multiplication by base^(-2/n_rot). */
+ * RMS norms sum squares in double and scale in float; the RoPE angles are
+ * model/rope.h's table. */
 #ifndef MU_CPU_OPS_H
 #define MU_CPU_OPS_H
 
 #include <stdint.h>
 
 #include "model/model.h"
+#include "model/rope.h"
 
 /* y = x / sqrt(mean(x^2) + eps) * w  (w may be NULL: no weight). y may be x. */
 void mu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 
-/* cos/sin table for one position: cs[2i] = cos(theta_i), cs[2i+1] = sin. */
-void mu_rope_table(const mu_hparams *hp, float base, const float *freq_factors, int64_t pos, float *cs);
 /* Rotates the first n_rot dims of each of n_heads vectors of head_dim. */
 void mu_rope_apply(const mu_hparams *hp, const float *cs, float *x, int n_heads);
 

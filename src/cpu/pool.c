@@ -19,9 +19,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/error.h"
 
 /* About 100 us of pause before a waiting thread sleeps: longer than the gap
@@ -188,12 +188,10 @@ static void empty_region(void *ctx, int ith, int nth) {
 }
 
 double mu_pool_region_cost_us(mu_pool *p, int regions) {
-    struct timespec t0, t1;
     mu_pool_run(p, empty_region, NULL); /* wake the workers */
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const uint64_t t0 = mu_now_ns();
     for (int i = 0; i < regions; i++) mu_pool_run_elastic(p, empty_region, NULL);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-3) / regions;
+    return (double)(mu_now_ns() - t0) * 1e-3 / regions;
 }
 
 int mu_cpu_count(void) {

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpu/ops.h"
+#include "model/rope.h"
 #include "cuda/cu_shared.h"
 #include "cuda/cuda_api.h"
 #include "engine/engine.h"

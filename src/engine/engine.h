@@ -1,10 +1,11 @@
 /* engine.h — sessions, the backend boundary, and attention routes.
  *
- * A backend implements the whole forward pass of one chunk of tokens (the
- * CPU in cpu/, the float64 oracle in ref/, CUDA in cuda/): a GPU backend
- * captures a token step as one graph, which a finer op-by-op boundary would
- * prevent. What all backends share lives outside them: hyperparameters and
- * weights (model/), ring arithmetic (kv/), and the route predicates below.
+ * A backend implements the whole forward pass of one chunk of tokens: a GPU
+ * backend captures a token step as one graph, which a finer op-by-op
+ * boundary would prevent. The engine never names a backend: the layer above
+ * it (backends.h) picks and opens one and hands it to mu_session_open. What
+ * all backends share lives outside them: hyperparameters and weights
+ * (model/), ring arithmetic (kv/), and the route predicates below.
  */
 #ifndef MU_ENGINE_H
 #define MU_ENGINE_H
@@ -100,14 +101,23 @@ typedef struct mu_session_config {
     int gpus;
 } mu_session_config;
 
-int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
-int mu_ref_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
-/* MUSER_EBACKEND with a clear message when there is no usable GPU. */
-int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+/* Checks the model and the public parameters and fills cfg with the
+ * defaults applied, except what depends on the backend and the machine:
+ * n_threads stays 0 when p leaves it 0, and lane may stay AUTO. The
+ * backend selection above the engine (backends.c) settles those. */
+int mu_session_config_resolve(const mu_model *m, const muser_session_params *p, mu_session_config *cfg);
+/* A session around a backend opened on m with cfg (lane resolved); the
+ * session owns the backend from here on, and frees it if this fails. kind
+ * is what muser_session_backend reports. */
+int mu_session_open(const mu_model *m, const mu_session_config *cfg, muser_backend kind, mu_backend *backend,
+                    muser_session **out);
 
 /* Feeds one token and chooses the next through the backend's decode_select
- * (device-side on CUDA), else from the logits on the host; the session
- * advances by one position. Logits are kept only when keep_logits. */
+ * (device-side on CUDA), else with the sampler (sample/) from the logits on
+ * the host: greedy when temperature <= 0, else a softmax draw at that
+ * temperature whose stream goes on while temperature and seed stay the
+ * same. The session advances by one position. Logits are kept only when
+ * keep_logits. */
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
                              muser_token *next);
 

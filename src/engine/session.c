@@ -1,13 +1,12 @@
 /* session.c — the public model and session API (include/muser.h): loading,
- * backend selection, and feeding tokens in chunks of n_batch. */
+ * sessions around a backend opened above (backends.c), and feeding tokens
+ * in chunks of n_batch. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/parity.h"
-#include "cpu/pool.h"
 #include "text/vocab.h"
 #include "util/error.h"
 
@@ -29,6 +28,12 @@ struct muser_session {
         size_t size;
     } *ckpt;
     int n_ckpt, max_ckpt;
+    /* mu_session_decode_select on a backend without decode_select: the
+     * sampler picks from the logits (made on first use, made again when
+     * the temperature or the seed changes) */
+    muser_sampler *host_sampler;
+    float host_temperature;
+    uint64_t host_seed;
 };
 
 static void drop_checkpoint(struct checkpoint *c) {
@@ -129,85 +134,45 @@ muser_session_params muser_session_default_params(void) {
     return p;
 }
 
-int muser_session_new(const muser_model *model, const muser_session_params *params, muser_session **out) {
-    *out = NULL;
+int mu_session_config_resolve(const mu_model *model, const muser_session_params *p, mu_session_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
     if (!model) return mu_fail(MUSER_EINVAL, "session: model is NULL");
     if (!model->layers)
         return mu_fail(MUSER_EINVAL, "the model was loaded with muser_model_load_vocab (tokenizer only) and cannot run; "
                                      "load it with muser_model_load");
-    muser_session_params p = params ? *params : muser_session_default_params();
     const mu_hparams *hp = &model->hp;
-    mu_session_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0)
+    if (p->n_ctx < 0 || p->n_batch < 0 || p->n_threads < 0)
         return mu_fail(MUSER_EINVAL, "context, batch and thread counts must not be negative");
-    cfg.n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (cfg.n_ctx > hp->n_ctx_train)
-        return mu_fail(MUSER_EINVAL, "context %d exceeds the model's trained context %d", cfg.n_ctx, hp->n_ctx_train);
-    cfg.n_batch = p.n_batch ? p.n_batch : 512;
-    if (cfg.n_batch > cfg.n_ctx) cfg.n_batch = cfg.n_ctx;
-    cfg.n_threads = p.n_threads ? p.n_threads : mu_cpu_count();
-    cfg.lane = p.lane;
-    cfg.kv_type = p.kv_type;
-    cfg.gpus = p.gpus;
-    if (p.lane != MUSER_LANE_EXACT && p.lane != MUSER_LANE_FAST && p.lane != MUSER_LANE_AUTO)
+    cfg->n_ctx = p->n_ctx ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (cfg->n_ctx > hp->n_ctx_train)
+        return mu_fail(MUSER_EINVAL, "context %d exceeds the model's trained context %d", cfg->n_ctx, hp->n_ctx_train);
+    cfg->n_batch = p->n_batch ? p->n_batch : 512;
+    if (cfg->n_batch > cfg->n_ctx) cfg->n_batch = cfg->n_ctx;
+    cfg->n_threads = p->n_threads;
+    cfg->lane = p->lane;
+    cfg->kv_type = p->kv_type;
+    cfg->gpus = p->gpus;
+    if (p->lane != MUSER_LANE_EXACT && p->lane != MUSER_LANE_FAST && p->lane != MUSER_LANE_AUTO)
         return mu_fail(MUSER_EINVAL, "unknown lane");
-    /* AUTO: fast on the GPU, exact elsewhere (resolved per backend below) */
-    const bool lane_auto = p.lane == MUSER_LANE_AUTO;
-    cfg.lane = lane_auto ? MUSER_LANE_EXACT : p.lane;
-    if (p.kv_type != MUSER_KV_F16 && p.kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
-    if (p.gpus < 0) return mu_fail(MUSER_EINVAL, "--gpus must be at least 1");
-    /* asking for GPUs by count never falls back to the CPU quietly */
-    if (p.gpus > 0 && (p.backend == MUSER_BACKEND_CPU || p.backend == MUSER_BACKEND_REF))
-        return mu_fail(MUSER_EINVAL, "--gpus %d splits the model over GPUs and needs --backend cuda (or auto), not %s",
-                       p.gpus, p.backend == MUSER_BACKEND_CPU ? "cpu" : "ref");
+    if (p->kv_type != MUSER_KV_F16 && p->kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
+    if (p->gpus < 0) return mu_fail(MUSER_EINVAL, "--gpus must be at least 1");
+    return 0;
+}
 
+int mu_session_open(const mu_model *model, const mu_session_config *cfg, muser_backend kind, mu_backend *backend,
+                    muser_session **out) {
+    *out = NULL;
     muser_session *s = calloc(1, sizeof *s);
-    if (!s) return mu_fail(MUSER_ENOMEM, "out of memory");
-    s->history = malloc(sizeof(muser_token) * (size_t)cfg.n_ctx);
-    if (!s->history) {
+    if (s) s->history = malloc(sizeof(muser_token) * (size_t)cfg->n_ctx);
+    if (!s || !s->history) {
         free(s);
+        backend->ops->free(backend);
         return mu_fail(MUSER_ENOMEM, "out of memory");
     }
     s->model = model;
-    s->cfg = cfg;
-    int rc;
-    switch (p.backend) {
-    case MUSER_BACKEND_CPU: rc = mu_cpu_backend_new(model, &cfg, &s->backend); break;
-    case MUSER_BACKEND_REF: rc = mu_ref_backend_new(model, &cfg, &s->backend); break;
-    case MUSER_BACKEND_CUDA:
-        if (lane_auto) cfg.lane = MUSER_LANE_FAST;
-        rc = mu_cuda_backend_new(model, &cfg, &s->backend);
-        break;
-    case MUSER_BACKEND_AUTO:
-#ifdef MUSER_HAVE_CUDA
-        if (lane_auto) cfg.lane = MUSER_LANE_FAST;
-        rc = mu_cuda_backend_new(model, &cfg, &s->backend);
-        if (rc == 0) {
-            p.backend = MUSER_BACKEND_CUDA;
-            break;
-        }
-        if (p.gpus > 0) break; /* the CUDA backend's error stands */
-        mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
-#else
-        if (p.gpus > 0) {
-            rc = mu_fail(MUSER_EUNSUPPORTED, "--gpus %d: this build has no CUDA backend", p.gpus);
-            break;
-        }
-#endif
-        p.backend = MUSER_BACKEND_CPU;
-        if (lane_auto) cfg.lane = MUSER_LANE_EXACT;
-        rc = mu_cpu_backend_new(model, &cfg, &s->backend);
-        break;
-    default: rc = mu_fail(MUSER_EINVAL, "unknown backend %d", (int)p.backend);
-    }
-    if (rc) {
-        free(s->history);
-        free(s);
-        return rc;
-    }
-    s->backend_kind = p.backend;
-    s->cfg = cfg; /* the lane as resolved */
+    s->cfg = *cfg;
+    s->backend_kind = kind;
+    s->backend = backend;
     *out = s;
     return 0;
 }
@@ -219,6 +184,7 @@ void muser_session_free(muser_session *s) {
     free(s->ckpt);
     free(s->logits);
     free(s->history);
+    muser_sampler_free(s->host_sampler);
     free(s);
 }
 
@@ -263,22 +229,19 @@ int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool 
     return 0;
 }
 
-/* Host fallback of decode_select: argmax, or a Gumbel-max sample. */
-static muser_token host_select(const float *logits, int V, float temperature, uint64_t seed, int pos) {
-    if (temperature <= 0.0f) return mu_argmax(logits, V);
-    int best = 0;
-    double best_key = -INFINITY;
-    uint64_t st = seed ^ ((uint64_t)pos * 0x9E3779B97F4A7C15ull);
-    for (int i = 0; i < V; i++) {
-        uint64_t z = (st += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        double u = ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-        double key = logits[i] / temperature - log(-log(u));
-        if (key > best_key) best_key = key, best = i;
-    }
-    return best;
+/* The sampler for host-side selection: greedy at temperature <= 0, else
+ * a plain softmax draw at that temperature (no top-k/p, no penalties). */
+static int host_sampler_for(muser_session *s, float temperature, uint64_t seed) {
+    if (s->host_sampler && s->host_temperature == temperature && s->host_seed == seed) return 0;
+    if (!isfinite(temperature)) return mu_fail(MUSER_EINVAL, "decode: the temperature must be a finite number");
+    const muser_sampler_params p = {.temperature = temperature, .top_p = 1.0f, .repeat_penalty = 1.0f, .seed = seed};
+    muser_sampler *smp = muser_sampler_new(&p, s->model->hp.n_vocab);
+    if (!smp) return mu_fail(MUSER_ENOMEM, "out of memory for the sampler");
+    muser_sampler_free(s->host_sampler);
+    s->host_sampler = smp;
+    s->host_temperature = temperature;
+    s->host_seed = seed;
+    return 0;
 }
 
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
@@ -286,9 +249,10 @@ int mu_session_decode_select(muser_session *s, muser_token token, float temperat
     const int V = s->model->hp.n_vocab;
     const mu_backend_ops *ops = s->backend->ops;
     if (!s->backend->decode_select) {
-        int rc = muser_session_feed(s, &token, 1, false);
+        int rc = host_sampler_for(s, temperature, seed);
+        if (!rc) rc = muser_session_feed(s, &token, 1, false);
         if (rc) return rc;
-        *next = host_select(muser_session_logits(s), V, temperature, seed, s->pos - 1);
+        *next = muser_sampler_sample(s->host_sampler, muser_session_logits(s));
         return 0;
     }
     if (token < 0 || token >= V) return mu_fail(MUSER_ERANGE, "token id %d is outside the vocabulary [0, %d)", token, V);

@@ -27,6 +27,7 @@
 #include "serve/response.h"
 #include "serve/sched.h"
 #include "text/utf8.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 struct srv_server {
@@ -42,15 +43,9 @@ struct srv_server {
 
 /* One request's state across the handler calls. */
 typedef struct conn_req {
-    chat_buf body;
+    mu_buf body;
     bool too_large;
 } conn_req;
-
-static double mono_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- replies ----------------------------------------------------------------------- */
 
@@ -70,16 +65,16 @@ static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const ch
 }
 
 /* Sends b's bytes (taken over) as JSON. */
-static enum MHD_Result send_json(struct MHD_Connection *c, int status, chat_buf *b) {
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, mu_buf *b) {
     if (b->oom) {
-        chat_buf_free(b);
+        mu_buf_free(b);
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                                   "\"code\":null}}";
         char *copy = strdup(oom);
         return copy ? send_bytes(c, 500, "application/json", copy, strlen(copy)) : MHD_NO;
     }
     size_t len = b->len;
-    char *data = chat_buf_take(b);
+    char *data = mu_buf_take(b);
     return data ? send_bytes(c, status, "application/json", data, len) : MHD_NO;
 }
 
@@ -88,7 +83,7 @@ static enum MHD_Result send_error(srv_server *srv, struct MHD_Connection *c, con
     if (e->status == 429) atomic_fetch_add(&m->rejected_429, 1);
     else if (e->status >= 500) atomic_fetch_add(&m->errors_5xx, 1);
     else atomic_fetch_add(&m->errors_4xx, 1);
-    chat_buf b = {0};
+    mu_buf b = {0};
     srv_error_json(&b, e);
     return send_json(c, e->status, &b);
 }
@@ -220,7 +215,7 @@ static enum MHD_Result handle_generation(srv_server *srv, struct MHD_Connection 
             return MHD_NO; /* nobody to answer */
         }
     }
-    chat_buf out = j->out;
+    mu_buf out = j->out;
     memset(&j->out, 0, sizeof j->out);
     int status = j->status;
     pthread_mutex_unlock(&j->mu);
@@ -249,7 +244,7 @@ static enum MHD_Result handle_models(srv_server *srv, struct MHD_Connection *c) 
     cJSON_AddNumberToObject(meta, "n_ctx", srv_sched_n_ctx(srv->sched));
     cJSON_AddNumberToObject(meta, "n_embd", info.n_embd);
     cJSON_AddNumberToObject(meta, "size", (double)info.file_bytes);
-    chat_buf b = {0};
+    mu_buf b = {0};
     srv_json_put(&b, root);
     return send_json(c, 200, &b);
 }
@@ -262,31 +257,31 @@ static enum MHD_Result handle_health(srv_server *srv, struct MHD_Connection *c) 
     cJSON_AddNumberToObject(root, "slots_idle", st.n_slots - st.busy_slots);
     cJSON_AddNumberToObject(root, "slots_processing", st.busy_slots);
     cJSON_AddNumberToObject(root, "requests_waiting", st.queued);
-    chat_buf b = {0};
+    mu_buf b = {0};
     srv_json_put(&b, root);
     return send_json(c, 200, &b);
 }
 
-static void metric(chat_buf *b, const char *name, const char *type, const char *help, double value) {
+static void metric(mu_buf *b, const char *name, const char *type, const char *help, double value) {
     char line[512];
     snprintf(line, sizeof line, "# HELP muser_%s %s\n# TYPE muser_%s %s\nmuser_%s %.17g\n", name, help, name, type,
              name, value);
-    chat_buf_puts(b, line);
+    mu_buf_puts(b, line);
 }
 
 static enum MHD_Result handle_metrics(srv_server *srv, struct MHD_Connection *c) {
     srv_metrics *m = srv_sched_metrics(srv->sched);
     srv_sched_status st;
     srv_sched_get_status(srv->sched, &st);
-    chat_buf b = {0};
+    mu_buf b = {0};
     static const char *const routes[] = {"chat_completions", "completions", "models", "health", "metrics",
                                          "tokenize", "detokenize", "apply_template"};
-    chat_buf_puts(&b, "# HELP muser_requests_total HTTP requests by endpoint.\n# TYPE muser_requests_total counter\n");
+    mu_buf_puts(&b, "# HELP muser_requests_total HTTP requests by endpoint.\n# TYPE muser_requests_total counter\n");
     for (int i = 0; i < 8; i++) {
         char line[128];
         snprintf(line, sizeof line, "muser_requests_total{endpoint=\"%s\"} %llu\n", routes[i],
                  (unsigned long long)atomic_load(&m->requests[i]));
-        chat_buf_puts(&b, line);
+        mu_buf_puts(&b, line);
     }
     metric(&b, "requests_client_errors_total", "counter", "Requests answered with a 4xx status other than 429.",
            (double)atomic_load(&m->errors_4xx));
@@ -319,10 +314,10 @@ static enum MHD_Result handle_metrics(srv_server *srv, struct MHD_Connection *c)
     metric(&b, "queue_depth", "gauge", "Requests waiting for a slot.", st.queued);
     metric(&b, "sessions_active", "gauge", "Slots serving a request.", st.busy_slots);
     metric(&b, "slots", "gauge", "Slots (--parallel).", st.n_slots);
-    metric(&b, "uptime_seconds", "gauge", "Seconds since the server started.", mono_seconds() - srv->started_at);
+    metric(&b, "uptime_seconds", "gauge", "Seconds since the server started.", mu_now_seconds() - srv->started_at);
     size_t len = b.len;
-    char *data = b.oom ? NULL : chat_buf_take(&b);
-    chat_buf_free(&b);
+    char *data = b.oom ? NULL : mu_buf_take(&b);
+    mu_buf_free(&b);
     if (!data) return MHD_NO;
     return send_bytes(c, 200, "text/plain; version=0.0.4; charset=utf-8", data, len);
 }
@@ -395,7 +390,7 @@ static enum MHD_Result handle_tokenize(srv_server *srv, struct MHD_Connection *c
         cJSON_AddItemToArray(arr, o);
     }
     free(t);
-    chat_buf b = {0};
+    mu_buf b = {0};
     srv_json_put(&b, out);
     return send_json(c, 200, &b);
 }
@@ -419,15 +414,15 @@ static enum MHD_Result handle_detokenize(srv_server *srv, struct MHD_Connection 
         return send_error(srv, c, &e);
     }
     muser_detok *d = muser_detok_new(srv->cfg.model, true);
-    chat_buf text = {0};
-    cJSON_ArrayForEach(t, tokens) chat_buf_puts(&text, muser_detok_push(d, (muser_token)t->valuedouble));
-    chat_buf_puts(&text, muser_detok_flush(d));
+    mu_buf text = {0};
+    cJSON_ArrayForEach(t, tokens) mu_buf_puts(&text, muser_detok_push(d, (muser_token)t->valuedouble));
+    mu_buf_puts(&text, muser_detok_flush(d));
     muser_detok_free(d);
     cJSON_Delete(root);
     cJSON *out = cJSON_CreateObject();
     cJSON_AddStringToObject(out, "content", text.data ? text.data : "");
-    chat_buf_free(&text);
-    chat_buf b = {0};
+    mu_buf_free(&text);
+    mu_buf b = {0};
     srv_json_put(&b, out);
     return send_json(c, 200, &b);
 }
@@ -443,7 +438,7 @@ static enum MHD_Result handle_template(srv_server *srv, struct MHD_Connection *c
     cJSON *out = cJSON_CreateObject();
     cJSON_AddStringToObject(out, "prompt", prompt);
     free(prompt);
-    chat_buf b = {0};
+    mu_buf b = {0};
     srv_json_put(&b, out);
     return send_json(c, 200, &b);
 }
@@ -487,11 +482,11 @@ static enum MHD_Result dispatch(srv_server *srv, struct MHD_Connection *c, const
             if (!strcmp(url, routes[i].path)) allowed = routes[i].method;
         srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s; use %s",
                  method, url, allowed);
-        chat_buf b = {0};
+        mu_buf b = {0};
         srv_error_json(&b, &e);
         atomic_fetch_add(&srv_sched_metrics(srv->sched)->errors_4xx, 1);
         size_t len = b.len;
-        char *data = chat_buf_take(&b);
+        char *data = mu_buf_take(&b);
         struct MHD_Response *resp = data ? MHD_create_response_from_buffer_with_free_callback(len, data, free_buffer)
                                          : NULL;
         if (!resp) {
@@ -551,9 +546,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         /* An oversized body is read and dropped, so the client gets its 413. */
         if (!cr->too_large && cr->body.len + *upload_data_size > srv->cfg.max_body) {
             cr->too_large = true;
-            chat_buf_free(&cr->body);
+            mu_buf_free(&cr->body);
         }
-        if (!cr->too_large) chat_buf_put(&cr->body, upload_data, *upload_data_size);
+        if (!cr->too_large) mu_buf_put(&cr->body, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -571,7 +566,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, en
     conn_req *cr = *req_cls;
     if (!cr) return;
     atomic_fetch_sub(&srv->in_flight, 1);
-    chat_buf_free(&cr->body);
+    mu_buf_free(&cr->body);
     free(cr);
     *req_cls = NULL;
 }
@@ -584,7 +579,7 @@ int srv_server_start(const srv_config *cfg, srv_server **out) {
     if (!srv) return mu_fail(MUSER_ENOMEM, "out of memory");
     srv->cfg = *cfg;
     srv->created = (int64_t)time(NULL);
-    srv->started_at = mono_seconds();
+    srv->started_at = mu_now_seconds();
     muser_model_info info;
     muser_model_get_info(cfg->model, &info);
     srv->parse_opts.defaults = cfg->sampling;

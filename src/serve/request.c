@@ -428,17 +428,17 @@ int srv_parse_chat(const char *body, size_t len, const srv_parse_opts *o, srv_re
     if (forced) {
         /* The call's header and opening tags become part of the prompt; the
          * parser reads them first, so the output continues inside the call. */
-        chat_buf b = {0};
-        chat_buf_puts(&b, " to=");
-        chat_buf_puts(&b, forced);
-        chat_buf_puts(&b, "<|message|><atem:function_calls>\n<atem:invoke name=\"");
-        chat_buf_puts(&b, forced);
-        chat_buf_puts(&b, "\">\n");
-        r->forced_prefix = chat_buf_take(&b);
-        chat_buf_puts(&b, prompt);
-        chat_buf_puts(&b, r->forced_prefix ? r->forced_prefix : "");
+        mu_buf b = {0};
+        mu_buf_puts(&b, " to=");
+        mu_buf_puts(&b, forced);
+        mu_buf_puts(&b, "<|message|><atem:function_calls>\n<atem:invoke name=\"");
+        mu_buf_puts(&b, forced);
+        mu_buf_puts(&b, "\">\n");
+        r->forced_prefix = mu_buf_take(&b);
+        mu_buf_puts(&b, prompt);
+        mu_buf_puts(&b, r->forced_prefix ? r->forced_prefix : "");
         free(prompt);
-        prompt = chat_buf_take(&b);
+        prompt = mu_buf_take(&b);
         if (!r->forced_prefix || !prompt) {
             oom(e);
             goto out;

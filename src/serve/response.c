@@ -11,15 +11,15 @@
 
 #define FINGERPRINT "muser-" MUSER_VERSION
 
-void srv_json_put(chat_buf *b, cJSON *obj) {
+void srv_json_put(mu_buf *b, cJSON *obj) {
     char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
-    if (s) chat_buf_puts(b, s);
+    if (s) mu_buf_puts(b, s);
     else b->oom = true;
     free(s);
     cJSON_Delete(obj);
 }
 
-void srv_error_json(chat_buf *b, const srv_error *e) {
+void srv_error_json(mu_buf *b, const srv_error *e) {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(err, "message", e->message);
     cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
@@ -30,10 +30,10 @@ void srv_error_json(chat_buf *b, const srv_error *e) {
     srv_json_put(b, root);
 }
 
-void srv_sse_put(chat_buf *b, cJSON *obj) {
-    chat_buf_puts(b, "data: ");
+void srv_sse_put(mu_buf *b, cJSON *obj) {
+    mu_buf_puts(b, "data: ");
     srv_json_put(b, obj);
-    chat_buf_puts(b, "\n\n");
+    mu_buf_puts(b, "\n\n");
 }
 
 void srv_make_id(char *out, size_t cap, const char *prefix) {
@@ -81,13 +81,13 @@ static size_t partial_stop_suffix(const srv_stopper *st, const char *s, size_t n
     return best;
 }
 
-void srv_stopper_push(srv_stopper *st, const char *text, size_t len, chat_buf *out) {
+void srv_stopper_push(srv_stopper *st, const char *text, size_t len, mu_buf *out) {
     if (st->matched || len == 0) return;
     if (st->n_stops == 0) {
-        chat_buf_put(out, text, len);
+        mu_buf_put(out, text, len);
         return;
     }
-    chat_buf_put(&st->held, text, len);
+    mu_buf_put(&st->held, text, len);
     const char *h = st->held.data;
     size_t n = st->held.len;
     if (!h) return; /* out of memory: the held text is lost, as the buffer says */
@@ -97,24 +97,24 @@ void srv_stopper_push(srv_stopper *st, const char *text, size_t len, chat_buf *o
         if (at && (!first || at < first)) first = at;
     }
     if (first) {
-        chat_buf_put(out, h, (size_t)(first - h));
+        mu_buf_put(out, h, (size_t)(first - h));
         st->matched = true;
         st->held.len = 0;
         return;
     }
     size_t keep = partial_stop_suffix(st, h, n);
-    chat_buf_put(out, h, n - keep);
+    mu_buf_put(out, h, n - keep);
     memmove(st->held.data, h + n - keep, keep);
     st->held.len = keep;
     st->held.data[keep] = 0;
 }
 
-void srv_stopper_flush(srv_stopper *st, chat_buf *out) {
-    if (!st->matched && st->held.len) chat_buf_put(out, st->held.data, st->held.len);
+void srv_stopper_flush(srv_stopper *st, mu_buf *out) {
+    if (!st->matched && st->held.len) mu_buf_put(out, st->held.data, st->held.len);
     st->held.len = 0;
 }
 
-void srv_stopper_free(srv_stopper *st) { chat_buf_free(&st->held); }
+void srv_stopper_free(srv_stopper *st) { mu_buf_free(&st->held); }
 
 /* ---- chunks and bodies -------------------------------------------------------- */
 
@@ -164,7 +164,7 @@ static void add_string_n(cJSON *obj, const char *key, const char *s, size_t n) {
 }
 
 /* Streams what one parser delta made visible. */
-static void stream_chat_delta(srv_output *o, const muser_chat_delta *d, chat_buf *sse) {
+static void stream_chat_delta(srv_output *o, const muser_chat_delta *d, mu_buf *sse) {
     int calls = 0;
     for (int i = 0; i < d->n_calls; i++) calls += d->calls[i].complete;
     if (!d->reasoning_len && !d->content_len && !calls) return;
@@ -180,7 +180,7 @@ static void stream_chat_delta(srv_output *o, const muser_chat_delta *d, chat_buf
     srv_sse_put(sse, chunk);
 }
 
-static void send_role(srv_output *o, chat_buf *sse) {
+static void send_role(srv_output *o, mu_buf *sse) {
     if (o->role_sent || !o->req->stream || o->req->kind != SRV_CHAT) return;
     o->role_sent = true;
     cJSON *chunk;
@@ -191,7 +191,7 @@ static void send_role(srv_output *o, chat_buf *sse) {
 }
 
 static void completion_chunk(const srv_output *o, const char *text, size_t n, const char *finish_reason,
-                             chat_buf *sse) {
+                             mu_buf *sse) {
     cJSON *chunk = response_base(o, "text_completion");
     cJSON *choice = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(chunk, "choices"), choice);
@@ -220,7 +220,7 @@ int srv_output_init(srv_output *o, const srv_request *req, const char *id, const
 }
 
 /* Visible text after stop filtering goes to the parser or the completion. */
-static void show(srv_output *o, const char *text, size_t n, chat_buf *sse) {
+static void show(srv_output *o, const char *text, size_t n, mu_buf *sse) {
     if (o->req->kind == SRV_CHAT) {
         muser_chat_delta d;
         muser_chat_parser_feed(o->parser, text, n, &d);
@@ -228,16 +228,16 @@ static void show(srv_output *o, const char *text, size_t n, chat_buf *sse) {
     } else if (o->req->stream) {
         if (n) completion_chunk(o, text, n, NULL, sse);
     } else {
-        chat_buf_put(&o->text, text, n);
+        mu_buf_put(&o->text, text, n);
     }
 }
 
-bool srv_output_push(srv_output *o, const char *text, chat_buf *sse) {
+bool srv_output_push(srv_output *o, const char *text, mu_buf *sse) {
     send_role(o, sse);
-    chat_buf shown = {0};
+    mu_buf shown = {0};
     srv_stopper_push(&o->stopper, text, strlen(text), &shown);
     if (shown.len) show(o, shown.data, shown.len, sse);
-    chat_buf_free(&shown);
+    mu_buf_free(&shown);
     return o->stopper.matched;
 }
 
@@ -250,13 +250,13 @@ static void usage_json(cJSON *parent, int prompt_tokens, int cached_tokens, int 
 }
 
 void srv_output_finish(srv_output *o, srv_finish why, int prompt_tokens, int cached_tokens, int completion_tokens,
-                       chat_buf *out) {
+                       mu_buf *out) {
     const srv_request *r = o->req;
     send_role(o, out);
-    chat_buf rest = {0};
+    mu_buf rest = {0};
     srv_stopper_flush(&o->stopper, &rest);
     if (rest.len) show(o, rest.data, rest.len, out);
-    chat_buf_free(&rest);
+    mu_buf_free(&rest);
 
     muser_chat_result res = {0};
     int n_calls = 0;
@@ -282,7 +282,7 @@ void srv_output_finish(srv_output *o, srv_finish why, int prompt_tokens, int cac
             usage_json(chunk, prompt_tokens, cached_tokens, completion_tokens);
             srv_sse_put(out, chunk);
         }
-        chat_buf_puts(out, "data: [DONE]\n\n");
+        mu_buf_puts(out, "data: [DONE]\n\n");
         return;
     }
 
@@ -313,6 +313,6 @@ void srv_output_finish(srv_output *o, srv_finish why, int prompt_tokens, int cac
 void srv_output_free(srv_output *o) {
     srv_stopper_free(&o->stopper);
     muser_chat_parser_free(o->parser);
-    chat_buf_free(&o->text);
+    mu_buf_free(&o->text);
     memset(o, 0, sizeof *o);
 }

@@ -13,16 +13,16 @@
 #include <stdbool.h>
 
 #include "serve/request.h"
-#include "text/chat.h"
+#include "util/buf.h"
 
 /* {"error": {"message", "type", "param", "code"}} */
-void srv_error_json(chat_buf *b, const srv_error *e);
+void srv_error_json(mu_buf *b, const srv_error *e);
 /* Appends "data: <compact JSON>\n\n" and deletes obj. */
-void srv_sse_put(chat_buf *b, cJSON *obj);
+void srv_sse_put(mu_buf *b, cJSON *obj);
 /* A random id: prefix + 24 letters and digits. */
 void srv_make_id(char *out, size_t cap, const char *prefix);
 /* cJSON_PrintUnformatted into b, deleting obj. */
-void srv_json_put(chat_buf *b, cJSON *obj);
+void srv_json_put(mu_buf *b, cJSON *obj);
 
 /* ---- stop strings ------------------------------------------------------------ */
 
@@ -30,7 +30,7 @@ typedef struct srv_stopper {
     char *const *stops;
     int n_stops;
     size_t longest;
-    chat_buf held; /* text that may still be the start of a stop string */
+    mu_buf held; /* text that may still be the start of a stop string */
     bool matched;
 } srv_stopper;
 
@@ -38,9 +38,9 @@ void srv_stopper_init(srv_stopper *st, char *const *stops, int n);
 /* Adds text; appends to out what is safe to show. Once a stop string
  * appears, out gets the text before it and matched becomes true; later
  * pushes add nothing. */
-void srv_stopper_push(srv_stopper *st, const char *text, size_t len, chat_buf *out);
+void srv_stopper_push(srv_stopper *st, const char *text, size_t len, mu_buf *out);
 /* The end of the text: whatever was held back is safe now. */
-void srv_stopper_flush(srv_stopper *st, chat_buf *out);
+void srv_stopper_flush(srv_stopper *st, mu_buf *out);
 void srv_stopper_free(srv_stopper *st);
 
 /* ---- one generation's output ----------------------------------------------- */
@@ -56,7 +56,7 @@ typedef struct srv_output {
     int64_t created;
     srv_stopper stopper;
     muser_chat_parser *parser; /* chat only */
-    chat_buf text;             /* completions: everything shown (non-streaming) */
+    mu_buf text;             /* completions: everything shown (non-streaming) */
     int n_calls_sent;          /* tool calls streamed so far */
     bool role_sent;
 } srv_output;
@@ -64,11 +64,11 @@ typedef struct srv_output {
 int srv_output_init(srv_output *o, const srv_request *req, const char *id, const char *model_id, int64_t created);
 /* Generated text (detokenizer output). Appends SSE events to sse when
  * streaming. Returns true when a stop string ended the output. */
-bool srv_output_push(srv_output *o, const char *text, chat_buf *sse);
+bool srv_output_push(srv_output *o, const char *text, mu_buf *sse);
 /* Ends the output: appends the last SSE events (finish_reason, usage,
  * [DONE]) or the whole JSON body to out. */
 void srv_output_finish(srv_output *o, srv_finish why, int prompt_tokens, int cached_tokens, int completion_tokens,
-                       chat_buf *out);
+                       mu_buf *out);
 void srv_output_free(srv_output *o);
 
 #endif

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "serve/response.h"
+#include "util/clock.h"
 
 enum slot_state {
     SLOT_IDLE,    /* no job; the session keeps its tokens for reuse   */
@@ -63,14 +64,6 @@ struct srv_sched {
     srv_metrics metrics;
 };
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double now_seconds(void) { return (double)now_ns() * 1e-9; }
-
 /* ---- jobs -------------------------------------------------------------------------------- */
 
 srv_job *srv_job_new(srv_request *req, muser_token *prompt, int n_prompt) {
@@ -81,7 +74,7 @@ srv_job *srv_job_new(srv_request *req, muser_token *prompt, int n_prompt) {
     j->prompt = prompt;
     j->n_prompt = n_prompt;
     j->created = (int64_t)time(NULL);
-    j->enqueued_at = now_seconds();
+    j->enqueued_at = mu_now_seconds();
     j->status = 200;
     j->refs = 1;
     srv_make_id(j->id, sizeof j->id, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-");
@@ -98,32 +91,32 @@ void srv_job_release(srv_job *j) {
     if (left) return;
     srv_request_free(&j->req);
     free(j->prompt);
-    chat_buf_free(&j->out);
+    mu_buf_free(&j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
 
 /* Hands bytes to the HTTP side; done: nothing more will come. */
-static void deliver(srv_job *j, chat_buf *bytes, bool done, int status) {
+static void deliver(srv_job *j, mu_buf *bytes, bool done, int status) {
     pthread_mutex_lock(&j->mu);
-    if (bytes && bytes->len) chat_buf_put(&j->out, bytes->data, bytes->len);
+    if (bytes && bytes->len) mu_buf_put(&j->out, bytes->data, bytes->len);
     if (done) {
         j->done = true;
         j->status = status;
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (bytes) chat_buf_free(bytes);
+    if (bytes) mu_buf_free(bytes);
 }
 
 /* Ends a job that never ran (queue full at shutdown) or failed. */
 static void deliver_error(srv_job *j, const srv_error *e) {
-    chat_buf b = {0};
+    mu_buf b = {0};
     if (j->req.stream) {
-        chat_buf_puts(&b, "data: ");
+        mu_buf_puts(&b, "data: ");
         srv_error_json(&b, e);
-        chat_buf_puts(&b, "\n\n");
+        mu_buf_puts(&b, "\n\n");
     } else {
         srv_error_json(&b, e);
     }
@@ -251,7 +244,7 @@ static void fail_slot(srv_sched *s, srv_slot *sl, int status, const char *type, 
 }
 
 static void count_recent(srv_sched *s, uint64_t tokens) {
-    int64_t sec = (int64_t)now_seconds();
+    int64_t sec = (int64_t)mu_now_seconds();
     int b = (int)(sec % (RECENT_SECONDS + 1));
     pthread_mutex_lock(&s->mu);
     if (s->recent_sec[b] != sec) {
@@ -264,7 +257,7 @@ static void count_recent(srv_sched *s, uint64_t tokens) {
 
 /* Ends the output, hands the rest to the client, frees the slot. */
 static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
-    chat_buf out = {0};
+    mu_buf out = {0};
     if (!sl->output.stopper.matched) {
         const char *rest = muser_detok_flush(sl->detok);
         if (rest && *rest) srv_output_push(&sl->output, rest, &out);
@@ -277,7 +270,7 @@ static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
     if (out.oom) {
         srv_error e;
         srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory writing the response");
-        chat_buf_free(&out);
+        mu_buf_free(&out);
         deliver_error(sl->job, &e);
     } else {
         deliver(sl->job, &out, true, 200);
@@ -309,10 +302,10 @@ static void next_token(srv_sched *s, srv_slot *sl) {
         return;
     }
     sl->generated++;
-    chat_buf sse = {0};
+    mu_buf sse = {0};
     bool stopped = srv_output_push(&sl->output, muser_detok_push(sl->detok, t), &sse);
     if (sse.len) deliver(sl->job, &sse, false, 0);
-    chat_buf_free(&sse);
+    mu_buf_free(&sse);
     if (stopped) finish(s, sl, SRV_FINISH_STOP);
     else if ((r->max_tokens >= 0 && sl->generated >= r->max_tokens) || muser_session_pos(sl->session) >= s->n_ctx)
         finish(s, sl, SRV_FINISH_LENGTH);
@@ -372,9 +365,9 @@ static void prefill_step(srv_sched *s, srv_slot *sl) {
     srv_job *j = sl->job;
     int n = j->n_prompt - sl->fed;
     if (n > s->prefill_chunk) n = s->prefill_chunk;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mu_now_ns();
     int rc = muser_session_feed(sl->session, j->prompt + sl->fed, n, false);
-    atomic_fetch_add(&s->metrics.prefill_ns, now_ns() - t0);
+    atomic_fetch_add(&s->metrics.prefill_ns, mu_now_ns() - t0);
     if (rc != MUSER_OK) {
         fail_slot(s, sl, 500, "server_error", "prefill failed: %s", muser_last_error());
         return;
@@ -399,9 +392,9 @@ static void decode_step(srv_sched *s) {
         }
     }
     if (n == 0) return;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mu_now_ns();
     int rc = muser_batch_decode(s->batch_sessions, s->batch_tokens, n);
-    atomic_fetch_add(&s->metrics.decode_ns, now_ns() - t0);
+    atomic_fetch_add(&s->metrics.decode_ns, mu_now_ns() - t0);
     if (rc != MUSER_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", muser_last_error());
@@ -538,7 +531,7 @@ void srv_sched_get_status(srv_sched *s, srv_sched_status *st) {
     st->n_slots = s->cfg.n_slots;
     st->busy_slots = s->busy;
     st->queued = s->queued;
-    int64_t sec = (int64_t)now_seconds();
+    int64_t sec = (int64_t)mu_now_seconds();
     uint64_t tokens = 0;
     for (int b = 0; b <= RECENT_SECONDS; b++)
         if (s->recent_sec[b] < sec && s->recent_sec[b] >= sec - RECENT_SECONDS) tokens += s->recent_tokens[b];

@@ -22,7 +22,7 @@
 
 #include "muser.h"
 #include "serve/request.h"
-#include "text/chat.h"
+#include "util/buf.h"
 
 typedef struct srv_job {
     srv_request req;
@@ -34,7 +34,7 @@ typedef struct srv_job {
     /* Shared between the HTTP thread and the worker, under mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    chat_buf out;        /* response bytes not yet taken by the HTTP side */
+    mu_buf out;        /* response bytes not yet taken by the HTTP side */
     bool done;           /* no more bytes will come                 */
     int status;          /* HTTP status of a non-streaming response */
     int refs;

@@ -30,15 +30,15 @@ enum parser_state {
 struct chat_parser {
     cJSON *tools;
     enum parser_state state;
-    chat_buf pending; /* input not yet consumed, from pending_pos on */
+    mu_buf pending; /* input not yet consumed, from pending_pos on */
     size_t pending_pos;
-    chat_buf reasoning, content;     /* everything emitted so far */
-    chat_buf d_reasoning, d_content; /* emitted by the current call */
+    mu_buf reasoning, content;     /* everything emitted so far */
+    mu_buf d_reasoning, d_content; /* emitted by the current call */
     chat_tool_call *calls;
     int n_calls, cap_calls, first_new_call;
     /* the current tool message */
     char *recipient;
-    chat_buf tool_body;
+    mu_buf tool_body;
     size_t tool_scan_pos; /* invokes before this offset are parsed */
     int tool_invokes;     /* invokes seen in this message */
     bool finished, truncated, oom;
@@ -117,10 +117,10 @@ static void trim(const char **s, size_t *n) {
 
 static void emit_text(chat_parser *p, enum parser_state kind, const char *s, size_t n) {
     if (!n) return;
-    chat_buf *total = kind == ST_REASONING ? &p->reasoning : &p->content;
-    chat_buf *delta = kind == ST_REASONING ? &p->d_reasoning : &p->d_content;
-    chat_buf_put(total, s, n);
-    chat_buf_put(delta, s, n);
+    mu_buf *total = kind == ST_REASONING ? &p->reasoning : &p->content;
+    mu_buf *delta = kind == ST_REASONING ? &p->d_reasoning : &p->d_content;
+    mu_buf_put(total, s, n);
+    mu_buf_put(delta, s, n);
 }
 
 static void add_call(chat_parser *p, char *name, char *arguments, bool complete) {
@@ -300,11 +300,11 @@ static void parse_invoke(chat_parser *p, const char *s, size_t n, bool complete)
         free(k);
         i = (size_t)(close - s) + strlen(CLOSE_PARAM);
     }
-    chat_buf b = {0};
+    mu_buf b = {0};
     if (args) chat_json_dump(&b, args, false);
     cJSON_Delete(args);
-    add_call(p, fname, args ? chat_buf_take(&b) : NULL, complete);
-    chat_buf_free(&b);
+    add_call(p, fname, args ? mu_buf_take(&b) : NULL, complete);
+    mu_buf_free(&b);
 }
 
 /* Parses the invokes of the current tool message that are complete; at the
@@ -340,10 +340,10 @@ static void scan_tool_body(chat_parser *p, bool end_of_message) {
         trim(&t, &tn);
         cJSON *v = parse_json_value(t, tn);
         if (cJSON_IsObject(v)) {
-            chat_buf b = {0};
+            mu_buf b = {0};
             chat_json_dump(&b, v, false);
-            add_call(p, dup_range(p->recipient, strlen(p->recipient)), chat_buf_take(&b), true);
-            chat_buf_free(&b);
+            add_call(p, dup_range(p->recipient, strlen(p->recipient)), mu_buf_take(&b), true);
+            mu_buf_free(&b);
         }
         cJSON_Delete(v);
     }
@@ -353,7 +353,7 @@ static void begin_tool_message(chat_parser *p, const char *recipient, size_t n) 
     free(p->recipient);
     p->recipient = dup_range(recipient, n);
     if (!p->recipient) p->oom = true;
-    chat_buf_free(&p->tool_body);
+    mu_buf_free(&p->tool_body);
     p->tool_scan_pos = 0;
     p->tool_invokes = 0;
     p->state = ST_TOOL;
@@ -361,7 +361,7 @@ static void begin_tool_message(chat_parser *p, const char *recipient, size_t n) 
 
 static void end_tool_message(chat_parser *p) {
     scan_tool_body(p, true);
-    chat_buf_free(&p->tool_body);
+    mu_buf_free(&p->tool_body);
     free(p->recipient);
     p->recipient = NULL;
 }
@@ -507,13 +507,13 @@ static bool step(chat_parser *p, bool final) {
             if (s[i] != '<') continue;
             int tok = special_token_at(s + i, n - i);
             if (tok < 0 && !final) {
-                chat_buf_put(&p->tool_body, s, i);
+                mu_buf_put(&p->tool_body, s, i);
                 p->pending_pos += i;
                 scan_tool_body(p, false);
                 return false;
             }
             if (tok <= 0) continue;
-            chat_buf_put(&p->tool_body, s, i);
+            mu_buf_put(&p->tool_body, s, i);
             p->pending_pos += i;
             const char *t = s + i;
             bool is_start = starts_with(t, (size_t)tok, "<|start|>");
@@ -526,7 +526,7 @@ static bool step(chat_parser *p, bool final) {
             }
             return true;
         }
-        chat_buf_put(&p->tool_body, s, n);
+        mu_buf_put(&p->tool_body, s, n);
         p->pending_pos += n;
         scan_tool_body(p, false);
         return false;
@@ -595,7 +595,7 @@ int chat_parser_feed(chat_parser *p, const char *text, size_t len, chat_delta *d
     if (!p) return mu_fail(MUSER_EINVAL, "chat parser: NULL parser");
     begin_call(p);
     if (!p->finished && len) {
-        chat_buf_put(&p->pending, text, len);
+        mu_buf_put(&p->pending, text, len);
         run(p, false);
     }
     fill_delta(p, delta);
@@ -627,12 +627,12 @@ int chat_parser_finish(chat_parser *p, chat_delta *delta, chat_result *result) {
 void chat_parser_free(chat_parser *p) {
     if (!p) return;
     cJSON_Delete(p->tools);
-    chat_buf_free(&p->pending);
-    chat_buf_free(&p->reasoning);
-    chat_buf_free(&p->content);
-    chat_buf_free(&p->d_reasoning);
-    chat_buf_free(&p->d_content);
-    chat_buf_free(&p->tool_body);
+    mu_buf_free(&p->pending);
+    mu_buf_free(&p->reasoning);
+    mu_buf_free(&p->content);
+    mu_buf_free(&p->d_reasoning);
+    mu_buf_free(&p->d_content);
+    mu_buf_free(&p->tool_body);
     for (int i = 0; i < p->n_calls; i++) {
         free(p->calls[i].name);
         free(p->calls[i].arguments);

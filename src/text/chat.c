@@ -17,7 +17,7 @@ static const char *const DEFAULT_BOS = "<|begin_of_text|>";
 static const char *const DEFAULT_CUTOFF = "2026-01-04";
 
 typedef struct render_ctx {
-    chat_buf out;
+    mu_buf out;
     const cJSON *messages;
     const cJSON *tools; /* NULL when falsy ({% if tools %} fails) */
     const chat_render_opts *opts;
@@ -32,10 +32,10 @@ static const char *nonempty(const char *s, const char *fallback) { return s && *
 /* ---- render_content -------------------------------------------------------- */
 
 /* {% if content is string %}...{% elif content is not none %}{% for part in content %} */
-static int render_content(chat_buf *b, const cJSON *content, const char *what) {
+static int render_content(mu_buf *b, const cJSON *content, const char *what) {
     if (!content || cJSON_IsNull(content)) return MUSER_OK;
     if (cJSON_IsString(content)) {
-        chat_buf_puts(b, content->valuestring);
+        mu_buf_puts(b, content->valuestring);
         return MUSER_OK;
     }
     /* iterating an object yields its keys, which have no 'type': nothing */
@@ -49,9 +49,9 @@ static int render_content(chat_buf *b, const cJSON *content, const char *what) {
         const cJSON *type = obj_get(part, "type");
         if (!cJSON_IsString(type)) continue;
         if (strcmp(type->valuestring, "image") == 0) {
-            chat_buf_puts(b, "<|patch|>");
+            mu_buf_puts(b, "<|patch|>");
         } else if (strcmp(type->valuestring, "video") == 0) {
-            chat_buf_puts(b, "<|video|>");
+            mu_buf_puts(b, "<|video|>");
         } else if (strcmp(type->valuestring, "text") == 0) {
             const cJSON *text = obj_get(part, "text");
             if (!text) continue; /* undefined prints as "" */
@@ -99,11 +99,11 @@ static int tool_call_arguments(const cJSON *fn, const char *name, const cJSON **
 
 /* The value inside <atem:parameter>: booleans and null as JSON words,
  * mappings and lists via tojson, strings raw, numbers via str(). */
-static void render_atem_value(chat_buf *b, const cJSON *v) {
+static void render_atem_value(mu_buf *b, const cJSON *v) {
     if (cJSON_IsBool(v)) {
-        chat_buf_puts(b, cJSON_IsTrue(v) ? "true" : "false");
+        mu_buf_puts(b, cJSON_IsTrue(v) ? "true" : "false");
     } else if (cJSON_IsNull(v)) {
-        chat_buf_puts(b, "null");
+        mu_buf_puts(b, "null");
     } else if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
         chat_json_dump(b, v, true);
     } else {
@@ -111,19 +111,19 @@ static void render_atem_value(chat_buf *b, const cJSON *v) {
     }
 }
 
-static void render_atem(chat_buf *b, const char *name, const cJSON *args) {
-    chat_buf_puts(b, "<atem:function_calls>\n<atem:invoke name=\"");
-    chat_buf_puts(b, name);
-    chat_buf_puts(b, "\">\n");
+static void render_atem(mu_buf *b, const char *name, const cJSON *args) {
+    mu_buf_puts(b, "<atem:function_calls>\n<atem:invoke name=\"");
+    mu_buf_puts(b, name);
+    mu_buf_puts(b, "\">\n");
     const cJSON *kv;
     cJSON_ArrayForEach(kv, args) {
-        chat_buf_puts(b, "<atem:parameter name=\"");
-        chat_buf_puts(b, kv->string);
-        chat_buf_puts(b, "\">");
+        mu_buf_puts(b, "<atem:parameter name=\"");
+        mu_buf_puts(b, kv->string);
+        mu_buf_puts(b, "\">");
         render_atem_value(b, kv);
-        chat_buf_puts(b, "</atem:parameter>\n");
+        mu_buf_puts(b, "</atem:parameter>\n");
     }
-    chat_buf_puts(b, "</atem:invoke>\n</atem:function_calls>");
+    mu_buf_puts(b, "</atem:invoke>\n</atem:function_calls>");
 }
 
 /* ---- tools ---------------------------------------------------------------------- */
@@ -181,7 +181,7 @@ static void free_namespaces(char **ns, int n) {
     free(ns);
 }
 
-static void put_json_str(chat_buf *b, const char *s) {
+static void put_json_str(mu_buf *b, const char *s) {
     cJSON tmp = {0};
     tmp.type = cJSON_String;
     tmp.valuestring = (char *)s;
@@ -189,8 +189,8 @@ static void put_json_str(chat_buf *b, const char *s) {
 }
 
 static int render_tool_defs(render_ctx *c) {
-    chat_buf *b = &c->out;
-    chat_buf_puts(b,
+    mu_buf *b = &c->out;
+    mu_buf_puts(b,
         "In this environment you have access to a set of tools you can use to answer the user's question.\n\n"
         "You can invoke a function by writing a \"<atem:function_calls>\" block like the following:\n"
         "<atem:function_calls>\n<atem:invoke name=\"$FUNCTION_NAME\">\n"
@@ -208,44 +208,44 @@ static int render_tool_defs(render_ctx *c) {
     const cJSON *nd = c->opts->tool_namespace_descriptions;
     for (int i = 0; i < n_ns; i++) {
         /* '{"name": ' + (tns | tojson) + ', "description": ' + ((nd[tns] if tns in nd else '') | tojson) + '}\n' */
-        chat_buf_puts(b, "{\"name\": ");
+        mu_buf_puts(b, "{\"name\": ");
         put_json_str(b, ns[i]);
-        chat_buf_puts(b, ", \"description\": ");
+        mu_buf_puts(b, ", \"description\": ");
         const cJSON *d = obj_get(nd, ns[i]);
         if (d) {
             chat_json_dump(b, d, true);
         } else {
-            chat_buf_puts(b, "\"\"");
+            mu_buf_puts(b, "\"\"");
         }
-        chat_buf_puts(b, "}\n");
+        mu_buf_puts(b, "}\n");
     }
     free_namespaces(ns, n_ns);
-    chat_buf_puts(b, "// Function schemas");
+    mu_buf_puts(b, "// Function schemas");
     const cJSON *tool;
     int i = 0;
     cJSON_ArrayForEach(tool, c->tools) {
         const cJSON *fn;
         const char *name;
         if ((rc = tool_function(tool, i++, &fn, &name))) return rc;
-        chat_buf_puts(b, "\n{\"name\": ");
+        mu_buf_puts(b, "\n{\"name\": ");
         put_json_str(b, name);
-        chat_buf_puts(b, ", \"description\": ");
+        mu_buf_puts(b, ", \"description\": ");
         const cJSON *desc = obj_get(fn, "description");
         if (desc) {
             chat_json_dump(b, desc, true);
         } else {
-            chat_buf_puts(b, "\"\""); /* llama.cpp's normalisation; jinja would raise */
+            mu_buf_puts(b, "\"\""); /* llama.cpp's normalisation; jinja would raise */
         }
-        chat_buf_puts(b, ", \"parameters\": ");
+        mu_buf_puts(b, ", \"parameters\": ");
         const cJSON *params = obj_get(fn, "parameters");
         if (params) {
             chat_json_dump(b, params, true);
         } else {
-            chat_buf_puts(b, "{}");
+            mu_buf_puts(b, "{}");
         }
-        chat_buf_putc(b, '}');
+        mu_buf_putc(b, '}');
     }
-    chat_buf_puts(b,
+    mu_buf_puts(b,
         "\n\nHere's an example of how to call a function in the tool set:\n"
         "(If the tool namespace is not specified, invoke the function directly as "
         "`example_function_name` rather than `example_tool_name.example_function_name`)\n\n"
@@ -259,28 +259,28 @@ static int render_tool_defs(render_ctx *c) {
 }
 
 static void render_reasoning(render_ctx *c) {
-    chat_buf_puts(&c->out, "Reasoning strength: ");
-    chat_buf_puts(&c->out, nonempty(c->opts->reasoning_strength, "high"));
-    chat_buf_putc(&c->out, '.');
+    mu_buf_puts(&c->out, "Reasoning strength: ");
+    mu_buf_puts(&c->out, nonempty(c->opts->reasoning_strength, "high"));
+    mu_buf_putc(&c->out, '.');
 }
 
 /* '# Valid recipients: "self", "<ns>.*"..., "user".' */
 static int render_system_meta(render_ctx *c) {
-    chat_buf *b = &c->out;
-    chat_buf_puts(b, "# Valid recipients: \"self\"");
+    mu_buf *b = &c->out;
+    mu_buf_puts(b, "# Valid recipients: \"self\"");
     if (c->tools) {
         char **ns;
         int n_ns;
         int rc = tool_namespaces(c->tools, &ns, &n_ns);
         if (rc) return rc;
         for (int i = 0; i < n_ns; i++) {
-            chat_buf_puts(b, ", \"");
-            chat_buf_puts(b, ns[i]);
-            chat_buf_puts(b, ".*\"");
+            mu_buf_puts(b, ", \"");
+            mu_buf_puts(b, ns[i]);
+            mu_buf_puts(b, ".*\"");
         }
         free_namespaces(ns, n_ns);
     }
-    chat_buf_puts(b, ", \"user\".");
+    mu_buf_puts(b, ", \"user\".");
     return MUSER_OK;
 }
 
@@ -288,49 +288,49 @@ static int render_system_meta(render_ctx *c) {
 static int render_system_tail(render_ctx *c) {
     int rc;
     if (c->tools) {
-        chat_buf_puts(&c->out, "\n\n");
+        mu_buf_puts(&c->out, "\n\n");
         if ((rc = render_tool_defs(c))) return rc;
     }
-    chat_buf_puts(&c->out, "\n\n");
+    mu_buf_puts(&c->out, "\n\n");
     if ((rc = render_system_meta(c))) return rc;
-    chat_buf_puts(&c->out, "<|eot|>");
+    mu_buf_puts(&c->out, "<|eot|>");
     return MUSER_OK;
 }
 
 /* ---- system ------------------------------------------------------------------------ */
 
 static void render_default_system(render_ctx *c) {
-    chat_buf *b = &c->out;
-    chat_buf_puts(b, "<|start|>system<|message|>You are a helpful AI assistant.");
-    chat_buf_puts(b, "\nKnowledge cutoff: ");
-    chat_buf_puts(b, nonempty(c->opts->knowledge_cutoff, DEFAULT_CUTOFF));
-    chat_buf_puts(b, ".\nCurrent date: ");
+    mu_buf *b = &c->out;
+    mu_buf_puts(b, "<|start|>system<|message|>You are a helpful AI assistant.");
+    mu_buf_puts(b, "\nKnowledge cutoff: ");
+    mu_buf_puts(b, nonempty(c->opts->knowledge_cutoff, DEFAULT_CUTOFF));
+    mu_buf_puts(b, ".\nCurrent date: ");
     if (c->opts->current_date && *c->opts->current_date) {
-        chat_buf_puts(b, c->opts->current_date);
+        mu_buf_puts(b, c->opts->current_date);
     } else {
         /* strftime_now('%Y-%m-%d'), as llama.cpp and HF define it */
         char today[32] = "";
         time_t now = time(NULL);
         struct tm tm;
         if (localtime_r(&now, &tm)) strftime(today, sizeof today, "%Y-%m-%d", &tm);
-        chat_buf_puts(b, today);
+        mu_buf_puts(b, today);
     }
-    chat_buf_puts(b, ".\n\n");
+    mu_buf_puts(b, ".\n\n");
     render_reasoning(c);
 }
 
 /* Python str.replace(old, new) over all occurrences. */
 static char *replace_all(const char *s, const char *old, const char *rep) {
-    chat_buf b = {0};
+    mu_buf b = {0};
     size_t n_old = strlen(old);
     const char *p;
     while ((p = strstr(s, old))) {
-        chat_buf_put(&b, s, (size_t)(p - s));
-        chat_buf_puts(&b, rep);
+        mu_buf_put(&b, s, (size_t)(p - s));
+        mu_buf_puts(&b, rep);
         s = p + n_old;
     }
-    chat_buf_puts(&b, s);
-    return chat_buf_take(&b);
+    mu_buf_puts(&b, s);
+    return mu_buf_take(&b);
 }
 
 /* 'needle' in (text | lower), for an ASCII lower-case needle. Python's
@@ -353,12 +353,12 @@ static bool contains_ascii_nocase(const char *text, const char *needle) {
 }
 
 static int render_system(render_ctx *c, const cJSON *msg, int idx) {
-    chat_buf text = {0};
+    mu_buf text = {0};
     char what[48];
     snprintf(what, sizeof what, "messages[%d] (system)", idx);
     int rc = render_content(&text, obj_get(msg, "content"), what);
-    char *sys = rc ? NULL : chat_buf_take(&text);
-    chat_buf_free(&text);
+    char *sys = rc ? NULL : mu_buf_take(&text);
+    mu_buf_free(&text);
     if (rc) return rc;
     if (!sys) return mu_fail(MUSER_ENOMEM, "out of memory rendering the system message");
     /* "Reasoning effort" -> "Reasoning strength" in the template's four casings */
@@ -374,10 +374,10 @@ static int render_system(render_ctx *c, const cJSON *msg, int idx) {
         sys = next;
     }
     if (!sys) return mu_fail(MUSER_ENOMEM, "out of memory rendering the system message");
-    chat_buf_puts(&c->out, "<|start|>system<|message|>");
-    chat_buf_puts(&c->out, sys);
+    mu_buf_puts(&c->out, "<|start|>system<|message|>");
+    mu_buf_puts(&c->out, sys);
     if (!contains_ascii_nocase(sys, "reasoning strength")) {
-        chat_buf_puts(&c->out, "\n\n");
+        mu_buf_puts(&c->out, "\n\n");
         render_reasoning(c);
     }
     free(sys);
@@ -458,16 +458,16 @@ static int render_tool_result(render_ctx *c, const cJSON *msg, int idx) {
     const char *tname = "";
     int rc = tool_result_name(c, msg, idx, &tname);
     if (rc) return rc;
-    chat_buf *b = &c->out;
-    chat_buf_puts(b, "<|start|>tool ");
-    chat_buf_puts(b, tname);
-    chat_buf_puts(b, "<|message|><tool_output name=\"");
-    chat_buf_puts(b, tname);
-    chat_buf_puts(b, "\">\n");
+    mu_buf *b = &c->out;
+    mu_buf_puts(b, "<|start|>tool ");
+    mu_buf_puts(b, tname);
+    mu_buf_puts(b, "<|message|><tool_output name=\"");
+    mu_buf_puts(b, tname);
+    mu_buf_puts(b, "\">\n");
     char what[48];
     snprintf(what, sizeof what, "messages[%d] (tool)", idx);
     if ((rc = render_content(b, obj_get(msg, "content"), what))) return rc;
-    chat_buf_puts(b, "\n</tool_output><|eot|>");
+    mu_buf_puts(b, "\n</tool_output><|eot|>");
     return MUSER_OK;
 }
 
@@ -476,7 +476,7 @@ static int render_tool_result(render_ctx *c, const cJSON *msg, int idx) {
 static int render_tool_calls(render_ctx *c, const cJSON *calls, int idx, const char *end_token) {
     if (!cJSON_IsArray(calls))
         return mu_fail(MUSER_EINVAL, "messages[%d] (assistant): tool_calls must be an array", idx);
-    chat_buf *b = &c->out;
+    mu_buf *b = &c->out;
     const cJSON *tc;
     int k = 0;
     cJSON_ArrayForEach(tc, calls) {
@@ -489,27 +489,27 @@ static int render_tool_calls(render_ctx *c, const cJSON *calls, int idx, const c
         cJSON *owned;
         int rc = tool_call_arguments(fn, name->valuestring, &args, &owned);
         if (rc) return mu_fail_context(rc, "messages[%d].tool_calls[%d]: ", idx, k);
-        chat_buf_puts(b, "<|start|>assistant to=");
-        chat_buf_puts(b, name->valuestring);
-        chat_buf_puts(b, "<|message|>");
+        mu_buf_puts(b, "<|start|>assistant to=");
+        mu_buf_puts(b, name->valuestring);
+        mu_buf_puts(b, "<|message|>");
         render_atem(b, name->valuestring, args);
         cJSON_Delete(owned);
-        chat_buf_puts(b, tc->next ? "<|eom|>" : end_token);
+        mu_buf_puts(b, tc->next ? "<|eom|>" : end_token);
         k++;
     }
     return MUSER_OK;
 }
 
 static int render_assistant(render_ctx *c, const cJSON *msg, int idx, const char *end_token) {
-    chat_buf *b = &c->out;
+    mu_buf *b = &c->out;
     const cJSON *reasoning = obj_get(msg, "reasoning_content");
     if (chat_json_truthy(reasoning)) {
         if (!cJSON_IsString(reasoning))
             return mu_fail(MUSER_EINVAL, "messages[%d] (assistant): reasoning_content must be a string",
                            idx);
-        chat_buf_puts(b, "<|start|>assistant to=self<|message|>");
-        chat_buf_puts(b, reasoning->valuestring);
-        chat_buf_puts(b, "<|eom|>");
+        mu_buf_puts(b, "<|start|>assistant to=self<|message|>");
+        mu_buf_puts(b, reasoning->valuestring);
+        mu_buf_puts(b, "<|eom|>");
     }
     const cJSON *calls = obj_get(msg, "tool_calls");
     if (chat_json_truthy(calls)) return render_tool_calls(c, calls, idx, end_token);
@@ -525,14 +525,14 @@ static int render_assistant(render_ctx *c, const cJSON *msg, int idx, const char
     /* end_turn defaults to (recipient == 'user') when absent or null */
     const cJSON *et = obj_get(msg, "end_turn");
     bool end_turn = (!et || cJSON_IsNull(et)) ? strcmp(recipient, "user") == 0 : chat_json_truthy(et);
-    chat_buf_puts(b, "<|start|>assistant to=");
-    chat_buf_puts(b, recipient);
-    chat_buf_puts(b, "<|message|>");
+    mu_buf_puts(b, "<|start|>assistant to=");
+    mu_buf_puts(b, recipient);
+    mu_buf_puts(b, "<|message|>");
     char what[48];
     snprintf(what, sizeof what, "messages[%d] (assistant)", idx);
     int rc = render_content(b, obj_get(msg, "content"), what);
     if (rc) return rc;
-    chat_buf_puts(b, end_turn ? "<|eot|>" : "<|eom|>");
+    mu_buf_puts(b, end_turn ? "<|eot|>" : "<|eom|>");
     return MUSER_OK;
 }
 
@@ -578,7 +578,7 @@ int chat_render(const cJSON *messages, const cJSON *tools, const chat_render_opt
     if (nd && !cJSON_IsObject(nd))
         return mu_fail(MUSER_EINVAL, "chat: tool_namespace_descriptions must be a JSON object");
 
-    chat_buf_puts(&c.out, c.opts->bos_token ? c.opts->bos_token : DEFAULT_BOS);
+    mu_buf_puts(&c.out, c.opts->bos_token ? c.opts->bos_token : DEFAULT_BOS);
     if (!has_system) {
         render_default_system(&c);
         rc = render_system_tail(&c);
@@ -590,11 +590,11 @@ int chat_render(const cJSON *messages, const cJSON *tools, const chat_render_opt
         if (strcmp(role, "system") == 0) {
             rc = render_system(&c, m, i);
         } else if (strcmp(role, "user") == 0) {
-            chat_buf_puts(&c.out, "<|start|>user<|message|>");
+            mu_buf_puts(&c.out, "<|start|>user<|message|>");
             char what[48];
             snprintf(what, sizeof what, "messages[%d] (user)", i);
             rc = render_content(&c.out, obj_get(m, "content"), what);
-            chat_buf_puts(&c.out, "<|eot|>");
+            mu_buf_puts(&c.out, "<|eot|>");
         } else if (strcmp(role, "tool") == 0) {
             rc = render_tool_result(&c, m, i);
         } else {
@@ -604,12 +604,12 @@ int chat_render(const cJSON *messages, const cJSON *tools, const chat_render_opt
             rc = render_assistant(&c, m, i, end_token);
         }
     }
-    if (!rc && c.opts->add_generation_prompt) chat_buf_puts(&c.out, "<|start|>assistant");
+    if (!rc && c.opts->add_generation_prompt) mu_buf_puts(&c.out, "<|start|>assistant");
     if (rc) {
-        chat_buf_free(&c.out);
+        mu_buf_free(&c.out);
         return rc;
     }
-    *out = chat_buf_take(&c.out);
+    *out = mu_buf_take(&c.out);
     if (!*out) return mu_fail(MUSER_ENOMEM, "out of memory rendering the chat prompt");
     return MUSER_OK;
 }

@@ -17,22 +17,7 @@
 #include <stddef.h>
 
 #include "muser.h"
-
-/* ---- growable byte buffer (shared by the chat sources) ------------------- */
-
-typedef struct chat_buf {
-    char *data; /* always NUL-terminated once anything was written */
-    size_t len, cap;
-    bool oom; /* an allocation failed; contents are incomplete */
-} chat_buf;
-
-void chat_buf_put(chat_buf *b, const char *s, size_t n);
-void chat_buf_puts(chat_buf *b, const char *s);
-void chat_buf_putc(chat_buf *b, char c);
-/* Hands the contents over (malloc'd, NUL-terminated; "" when empty) and
- * resets the buffer. NULL when out of memory. */
-char *chat_buf_take(chat_buf *b);
-void chat_buf_free(chat_buf *b);
+#include "util/buf.h"
 
 /* ---- JSON with Python semantics ------------------------------------------ */
 
@@ -48,12 +33,12 @@ int chat_json_parse(const char *text, size_t len, cJSON **out);
  * prints the parsed value: ints exactly, floats as repr(), so 1e20 gives
  * 1e+20. Nodes without source text (trees from cJSON_Parse) print integral
  * values below 1e16 as ints and others as floats. */
-void chat_json_dump(chat_buf *b, const cJSON *v, bool python_style);
+void chat_json_dump(mu_buf *b, const cJSON *v, bool python_style);
 
 /* Appends what Python's str() / jinja2's {{ v }} prints for a scalar:
  * strings raw, True/False/None, numbers as above (inf for overflow). Returns
  * false for arrays and objects (their Python repr is not supported). */
-bool chat_json_py_str(chat_buf *b, const cJSON *v);
+bool chat_json_py_str(mu_buf *b, const cJSON *v);
 
 /* Python truthiness of a JSON value (NULL, i.e. absent, is false). */
 bool chat_json_truthy(const cJSON *v);

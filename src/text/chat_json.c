@@ -14,54 +14,6 @@
 
 #include "util/error.h"
 
-/* ---- chat_buf --------------------------------------------------------------- */
-
-static bool buf_reserve(chat_buf *b, size_t extra) {
-    if (b->oom) return false;
-    if (b->len + extra + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->data = p;
-    b->cap = cap;
-    return true;
-}
-
-void chat_buf_put(chat_buf *b, const char *s, size_t n) {
-    if (!buf_reserve(b, n)) return;
-    if (n) memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-void chat_buf_puts(chat_buf *b, const char *s) { chat_buf_put(b, s, strlen(s)); }
-
-void chat_buf_putc(chat_buf *b, char c) { chat_buf_put(b, &c, 1); }
-
-char *chat_buf_take(chat_buf *b) {
-    if (b->oom) {
-        chat_buf_free(b);
-        return NULL;
-    }
-    if (!b->data && !buf_reserve(b, 0)) return NULL;
-    if (b->len == 0) b->data[0] = 0;
-    char *s = b->data;
-    b->data = NULL;
-    b->len = b->cap = 0;
-    return s;
-}
-
-void chat_buf_free(chat_buf *b) {
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-    b->oom = false;
-}
-
 /* ---- parsing ------------------------------------------------------------------ */
 
 /* Length of a strict JSON number at s (RFC 8259), or 0. */
@@ -221,9 +173,9 @@ int chat_json_parse(const char *text, size_t len, cJSON **out) {
 /* repr() of a finite, non-zero double: the shortest digits that read back
  * to the same value, in fixed notation for decimal exponents -4 < e < 16
  * (with ".0" when integral) and as d.ddde±XX otherwise. */
-static void put_float_repr(chat_buf *b, double x) {
+static void put_float_repr(mu_buf *b, double x) {
     if (x == 0) {
-        chat_buf_puts(b, signbit(x) ? "-0.0" : "0.0");
+        mu_buf_puts(b, signbit(x) ? "-0.0" : "0.0");
         return;
     }
     char tmp[40];
@@ -234,7 +186,7 @@ static void put_float_repr(chat_buf *b, double x) {
     /* tmp: [-]d[.ddd]e[+-]XX */
     const char *p = tmp;
     if (*p == '-') {
-        chat_buf_putc(b, '-');
+        mu_buf_putc(b, '-');
         p++;
     }
     char digits[24];
@@ -245,31 +197,31 @@ static void put_float_repr(chat_buf *b, double x) {
     int exp10 = atoi(p + 1);
     int decpt = exp10 + 1; /* digits[0] sits just left of the point at decpt 1 */
     if (decpt <= -4 || decpt > 16) {
-        chat_buf_putc(b, digits[0]);
+        mu_buf_putc(b, digits[0]);
         if (nd > 1) {
-            chat_buf_putc(b, '.');
-            chat_buf_put(b, digits + 1, (size_t)nd - 1);
+            mu_buf_putc(b, '.');
+            mu_buf_put(b, digits + 1, (size_t)nd - 1);
         }
         char e[16];
         snprintf(e, sizeof e, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-        chat_buf_puts(b, e);
+        mu_buf_puts(b, e);
     } else if (decpt <= 0) {
-        chat_buf_puts(b, "0.");
-        for (int i = 0; i < -decpt; i++) chat_buf_putc(b, '0');
-        chat_buf_put(b, digits, (size_t)nd);
+        mu_buf_puts(b, "0.");
+        for (int i = 0; i < -decpt; i++) mu_buf_putc(b, '0');
+        mu_buf_put(b, digits, (size_t)nd);
     } else if (decpt >= nd) {
-        chat_buf_put(b, digits, (size_t)nd);
-        for (int i = nd; i < decpt; i++) chat_buf_putc(b, '0');
-        chat_buf_puts(b, ".0");
+        mu_buf_put(b, digits, (size_t)nd);
+        for (int i = nd; i < decpt; i++) mu_buf_putc(b, '0');
+        mu_buf_puts(b, ".0");
     } else {
-        chat_buf_put(b, digits, (size_t)decpt);
-        chat_buf_putc(b, '.');
-        chat_buf_put(b, digits + decpt, (size_t)(nd - decpt));
+        mu_buf_put(b, digits, (size_t)decpt);
+        mu_buf_putc(b, '.');
+        mu_buf_put(b, digits + decpt, (size_t)(nd - decpt));
     }
 }
 
 /* A number as Python prints it; json_mode spells overflow as JSON does. */
-static void put_number(chat_buf *b, const cJSON *v, bool json_mode) {
+static void put_number(mu_buf *b, const cJSON *v, bool json_mode) {
     const char *lex = v->valuestring;
     bool is_int;
     if (lex) {
@@ -282,103 +234,103 @@ static void put_number(chat_buf *b, const cJSON *v, bool json_mode) {
             /* Python ints are exact; only "-0" changes (to 0) */
             const char *digits = lex[0] == '-' ? lex + 1 : lex;
             if (strcmp(digits, "0") == 0) {
-                chat_buf_putc(b, '0');
+                mu_buf_putc(b, '0');
             } else {
-                chat_buf_puts(b, lex);
+                mu_buf_puts(b, lex);
             }
         } else {
             char tmp[32];
             snprintf(tmp, sizeof tmp, "%.0f", v->valuedouble == 0 ? 0.0 : v->valuedouble);
-            chat_buf_puts(b, tmp);
+            mu_buf_puts(b, tmp);
         }
         return;
     }
     double x = lex ? strtod(lex, NULL) : v->valuedouble;
     if (isnan(x)) {
-        chat_buf_puts(b, json_mode ? "NaN" : "nan");
+        mu_buf_puts(b, json_mode ? "NaN" : "nan");
     } else if (isinf(x)) {
-        if (x < 0) chat_buf_putc(b, '-');
-        chat_buf_puts(b, json_mode ? "Infinity" : "inf");
+        if (x < 0) mu_buf_putc(b, '-');
+        mu_buf_puts(b, json_mode ? "Infinity" : "inf");
     } else {
         put_float_repr(b, x);
     }
 }
 
 /* A JSON string literal as json.dumps(ensure_ascii=False) writes it. */
-static void put_json_string(chat_buf *b, const char *s) {
-    chat_buf_putc(b, '"');
+static void put_json_string(mu_buf *b, const char *s) {
+    mu_buf_putc(b, '"');
     const char *run = s;
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        chat_buf_put(b, run, (size_t)(p - run));
+        mu_buf_put(b, run, (size_t)(p - run));
         run = p + 1;
         switch (c) {
-        case '"': chat_buf_puts(b, "\\\""); break;
-        case '\\': chat_buf_puts(b, "\\\\"); break;
-        case '\n': chat_buf_puts(b, "\\n"); break;
-        case '\r': chat_buf_puts(b, "\\r"); break;
-        case '\t': chat_buf_puts(b, "\\t"); break;
-        case '\b': chat_buf_puts(b, "\\b"); break;
-        case '\f': chat_buf_puts(b, "\\f"); break;
+        case '"': mu_buf_puts(b, "\\\""); break;
+        case '\\': mu_buf_puts(b, "\\\\"); break;
+        case '\n': mu_buf_puts(b, "\\n"); break;
+        case '\r': mu_buf_puts(b, "\\r"); break;
+        case '\t': mu_buf_puts(b, "\\t"); break;
+        case '\b': mu_buf_puts(b, "\\b"); break;
+        case '\f': mu_buf_puts(b, "\\f"); break;
         default: {
             char esc[8];
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            chat_buf_puts(b, esc);
+            mu_buf_puts(b, esc);
         }
         }
     }
-    chat_buf_puts(b, run);
-    chat_buf_putc(b, '"');
+    mu_buf_puts(b, run);
+    mu_buf_putc(b, '"');
 }
 
-void chat_json_dump(chat_buf *b, const cJSON *v, bool python_style) {
+void chat_json_dump(mu_buf *b, const cJSON *v, bool python_style) {
     const char *item_sep = python_style ? ", " : ",";
     const char *key_sep = python_style ? ": " : ":";
     if (!v || cJSON_IsNull(v)) {
-        chat_buf_puts(b, "null");
+        mu_buf_puts(b, "null");
     } else if (cJSON_IsTrue(v)) {
-        chat_buf_puts(b, "true");
+        mu_buf_puts(b, "true");
     } else if (cJSON_IsFalse(v)) {
-        chat_buf_puts(b, "false");
+        mu_buf_puts(b, "false");
     } else if (cJSON_IsNumber(v)) {
         put_number(b, v, true);
     } else if (cJSON_IsString(v)) {
         put_json_string(b, v->valuestring ? v->valuestring : "");
     } else if (cJSON_IsArray(v)) {
-        chat_buf_putc(b, '[');
+        mu_buf_putc(b, '[');
         for (const cJSON *c = v->child; c; c = c->next) {
-            if (c != v->child) chat_buf_puts(b, item_sep);
+            if (c != v->child) mu_buf_puts(b, item_sep);
             chat_json_dump(b, c, python_style);
         }
-        chat_buf_putc(b, ']');
+        mu_buf_putc(b, ']');
     } else if (cJSON_IsObject(v)) {
-        chat_buf_putc(b, '{');
+        mu_buf_putc(b, '{');
         for (const cJSON *c = v->child; c; c = c->next) {
-            if (c != v->child) chat_buf_puts(b, item_sep);
+            if (c != v->child) mu_buf_puts(b, item_sep);
             put_json_string(b, c->string ? c->string : "");
-            chat_buf_puts(b, key_sep);
+            mu_buf_puts(b, key_sep);
             chat_json_dump(b, c, python_style);
         }
-        chat_buf_putc(b, '}');
+        mu_buf_putc(b, '}');
     } else if (cJSON_IsRaw(v) && v->valuestring) {
-        chat_buf_puts(b, v->valuestring);
+        mu_buf_puts(b, v->valuestring);
     } else {
-        chat_buf_puts(b, "null");
+        mu_buf_puts(b, "null");
     }
 }
 
-bool chat_json_py_str(chat_buf *b, const cJSON *v) {
+bool chat_json_py_str(mu_buf *b, const cJSON *v) {
     if (!v || cJSON_IsNull(v)) {
-        chat_buf_puts(b, "None");
+        mu_buf_puts(b, "None");
     } else if (cJSON_IsTrue(v)) {
-        chat_buf_puts(b, "True");
+        mu_buf_puts(b, "True");
     } else if (cJSON_IsFalse(v)) {
-        chat_buf_puts(b, "False");
+        mu_buf_puts(b, "False");
     } else if (cJSON_IsNumber(v)) {
         put_number(b, v, false);
     } else if (cJSON_IsString(v)) {
-        chat_buf_puts(b, v->valuestring ? v->valuestring : "");
+        mu_buf_puts(b, v->valuestring ? v->valuestring : "");
     } else {
         return false;
     }

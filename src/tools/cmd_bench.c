@@ -23,6 +23,7 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
+#include "util/clock.h"
 
 #define MAX_DEPTHS 32
 #define MEMBW_MIB 1024 /* default probe buffer: far beyond any L3 */

@@ -15,6 +15,7 @@
 #include "tools/commands.h"
 #include "tools/gen_common.h"
 #include "tools/tool_util.h"
+#include "util/clock.h"
 
 /* FNV-1a of the chat template this build renders natively (llama.cpp's
  * models/templates/muse-glimmer.jinja, 9992 bytes, sha256 cfc67e5f...). */

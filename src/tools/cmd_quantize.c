@@ -12,6 +12,7 @@
 #include "quant/quant.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 typedef struct convert_job {

@@ -7,6 +7,7 @@
 #include "tools/commands.h"
 #include "tools/gen_common.h"
 #include "tools/tool_util.h"
+#include "util/clock.h"
 
 static void usage(FILE *out) {
     fprintf(out,

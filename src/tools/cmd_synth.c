@@ -23,6 +23,7 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 typedef struct preset {

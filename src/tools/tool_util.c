@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 const char *mu_tool_backend_name(muser_backend b) {
     switch (b) {
@@ -125,10 +124,4 @@ muser_token *mu_tool_read_token_file(const char *path, int *n) {
     }
     *n = count;
     return ids;
-}
-
-double mu_now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }

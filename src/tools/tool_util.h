@@ -18,6 +18,4 @@ void *mu_tool_read_file(const char *path, size_t *size);
 /* Whitespace-separated token ids; prints the error and returns NULL on failure. */
 muser_token *mu_tool_read_token_file(const char *path, int *n);
 
-double mu_now_seconds(void);
-
 #endif

@@ -35,10 +35,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         srv_output out;
         if (srv_output_init(&out, &r, "id", "m", 0) == 0) {
-            chat_buf b = {0};
+            mu_buf b = {0};
             srv_output_push(&out, r.prompt_text ? r.prompt_text : "x", &b);
             srv_output_finish(&out, SRV_FINISH_STOP, 1, 0, 1, &b);
-            chat_buf_free(&b);
+            mu_buf_free(&b);
         }
         srv_output_free(&out);
         srv_request_free(&r);

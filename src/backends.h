@@ -1,0 +1,26 @@
+/* backends.h — the backends, side by side below the engine, and the one
+ * place that picks and opens one (backends.c, which also implements
+ * muser_session_new).
+ *
+ *          include/muser.h (muser_session_new)
+ *                 │
+ *            backends.c ── picks: cpu, cuda or ref
+ *             │        │
+ *       engine/     cpu/  cuda/  ref/
+ *
+ * The engine receives an opened mu_backend and never names one; each
+ * backend implements engine.h's mu_backend_ops. */
+#ifndef MU_BACKENDS_H
+#define MU_BACKENDS_H
+
+#include "engine/engine.h"
+
+/* The backends' entry points (each defined in its own folder): open a
+ * backend on m with resolved settings (cfg's lane is EXACT or FAST). */
+int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+int mu_ref_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+/* MUSER_EBACKEND with a clear message when there is no usable GPU, or when
+ * the build has no CUDA backend. */
+int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+
+#endif
