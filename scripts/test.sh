@@ -11,8 +11,8 @@ jobs=$(nproc)
 echo "== npm packages for the server tests (tests/server/package-lock.json)"
 (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
 
-echo "== build (Release, -Werror) and test"
-scripts/build.sh
+echo "== build (Release, -Werror, the kernel lab in dev/ too) and test"
+MUSER_DEV=ON scripts/build.sh
 (cd build && ctest --output-on-failure -j"$jobs" -LE cuda)
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -8,7 +8,7 @@
  *     freed nothing stays resident, and a new session uploads again and
  *     gives the same logits;
  *   batched decode, exact lane (f32 and f16 KV), through the f32 GEMMs
- *     (the default) and through the B-row matvec (MUSER_CUDA_BATCH_MV=1):
+ *     (the default) and through the B-row matvec (tuning batch_exact_rows=1):
  *     against twin sessions fed token by token through the decode graph,
  *     max |d| <= 5e-4 (the exact lane's threshold) and the same top token,
  *     at different positions (prompts of different lengths), with more rows
@@ -17,7 +17,7 @@
  *   batched decode, fast lane: f16 GEMMs instead of the int8 matvecs, so
  *     only finite logits and top-1 agreement (90%) are required;
  *   rows fed one by one (fewer than the exact lane's default 6, or
- *     MUSER_CUDA_BATCH_MIN=0): bit-identical.
+ *     batch_min_* = 0): bit-identical.
  *
  * Without a GPU (or nvcc at build time) it exits 77 (skipped). */
 #include <math.h>
@@ -142,7 +142,8 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     }
     const char *name = lane == MUSER_LANE_FAST ? "fast" : "exact";
     const char *kvn = kv == MUSER_KV_F16 ? "f16" : "f32";
-    const char *how = getenv("MUSER_CUDA_BATCH_MV") ? "B-row matvec" : "default";
+    const char *tune = getenv("MUSER_CUDA_TUNE");
+    const char *how = tune && strstr(tune, "batch_exact_rows=1") ? "B-row matvec" : "default";
     printf("rows %2d, batch %2d, %-5s lane, kv %s, %-12s: max |batched - single| = %.3g, max KL %.3g, top-1 changes "
            "%d / %d\n",
            n, n_batch, name, kvn, how, worst, worst_kl, top1_diff, rows);
@@ -184,16 +185,15 @@ static void run_model(const char *path) {
     batch_vs_single(m, V, 6, MUSER_LANE_EXACT, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 4, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 3, MUSER_LANE_EXACT, MUSER_KV_F32, 16, true); /* too few: one by one */
-    setenv("MUSER_CUDA_BATCH_MIN", "2", 1);
+    setenv("MUSER_CUDA_TUNE", "batch_min_fast=2,batch_min_exact=2", 1);
     batch_vs_single(m, V, 2, MUSER_LANE_EXACT, MUSER_KV_F32, 16, false);
     batch_vs_single(m, V, 7, MUSER_LANE_EXACT, MUSER_KV_F32, 3, false); /* chunks of 3 + 3 + 1 */
-    setenv("MUSER_CUDA_BATCH_MV", "1", 1);
+    setenv("MUSER_CUDA_TUNE", "batch_min_fast=2,batch_min_exact=2,batch_exact_rows=1", 1);
     batch_vs_single(m, V, 5, MUSER_LANE_EXACT, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 17, MUSER_LANE_EXACT, MUSER_KV_F32, 32, false); /* two B-row launches */
-    unsetenv("MUSER_CUDA_BATCH_MV");
-    setenv("MUSER_CUDA_BATCH_MIN", "0", 1);
+    setenv("MUSER_CUDA_TUNE", "batch_min_fast=0,batch_min_exact=0", 1);
     batch_vs_single(m, V, 3, MUSER_LANE_FAST, MUSER_KV_F16, 16, true);
-    unsetenv("MUSER_CUDA_BATCH_MIN");
+    unsetenv("MUSER_CUDA_TUNE");
     muser_model_free(m);
 }
 

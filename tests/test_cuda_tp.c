@@ -8,7 +8,7 @@
  * same bounds. Both ways of summing the ranks' partial outputs are held to
  * them: the all-reduces fused into the residual/norm tails (the default
  * where the GPUs reach each other's memory; required when CUDA reports peer
- * access between GPUs 0 and 1) and NCCL's all-reduce (MUSER_TP_FUSED=0).
+ * access between GPUs 0 and 1) and NCCL's all-reduce (tuning tp_fused=0).
  *
  *   test_cuda_tp N    (N = 1: the NCCL path over a communicator of size 1;
  *                      N = 2, 4: that many GPUs, skipped loudly (77) with
@@ -78,7 +78,7 @@ static bool session_fused(muser_session *s) {
     return strstr(d, "fused into the residual/norm tails") != NULL;
 }
 
-/* The mode asked for (MUSER_TP_FUSED) is the mode a session over gpus GPUs
+/* The mode asked for (tp_fused) is the mode a session over gpus GPUs
  * runs, where the GPUs can reach each other's memory; one GPU never fuses
  * (nothing to reduce). */
 static void check_mode(muser_model *m, int gpus, bool fused) {
@@ -96,7 +96,7 @@ static void check_mode(muser_model *m, int gpus, bool fused) {
     printf("  %s\n", be->ops->describe(be));
     const bool got = session_fused(s);
     if (fused && peer) CHECKF(got, "GPUs 0 and 1 reach each other's memory, yet the tails are not fused");
-    if (!fused) CHECKF(!got, "MUSER_TP_FUSED=0, yet the tails are fused");
+    if (!fused) CHECKF(!got, "tp_fused=0, yet the tails are fused");
     if (gpus == 1) CHECKF(!got, "one GPU, yet the tails are fused");
     if (fused && !peer && gpus > 1) printf("  (no peer access between GPUs 0 and 1: NCCL's all-reduce runs)\n");
     muser_session_free(s);
@@ -224,7 +224,7 @@ static void wide_ffn(int gpus) {
  * in both lanes, with the ranks' sums fused into the tails or by NCCL;
  * route: decode attention as by default (spans this short run in one
  * launch of a block per head), ATTN_SPLIT by the split-K launches at every
- * span (MUSER_CUDA_ATTN_SHORT=0, MUSER_CUDA_ATTN_CLUSTER=0), ATTN_CLUSTER
+ * span (attn_one_block=0, attn_cluster=0), ATTN_CLUSTER
  * in clusters of blocks past 8 rows. */
 enum { ATTN_DEFAULT, ATTN_SPLIT, ATTN_CLUSTER };
 static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, int route) {
@@ -233,9 +233,11 @@ static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, int route
     const int *tokens = fx->tokens;
     const float *exact = fx->exact, *llama = fx->llama;
     const int V = fx->V, n = fx->n < 48 ? fx->n : 48;
-    setenv("MUSER_TP_FUSED", fused ? "1" : "0", 1);
-    if (split_route) setenv("MUSER_CUDA_ATTN_SHORT", "0", 1), setenv("MUSER_CUDA_ATTN_CLUSTER", "0", 1);
-    if (route == ATTN_CLUSTER) setenv("MUSER_CUDA_ATTN_SHORT", "8", 1), setenv("MUSER_CUDA_ATTN_CLUSTER", "512", 1);
+    char tune[96];
+    snprintf(tune, sizeof tune, "tp_fused=%d%s", fused ? 1 : 0,
+             split_route ? ",attn_one_block=0,attn_cluster=0"
+             : route == ATTN_CLUSTER ? ",attn_one_block=8,attn_cluster=512" : "");
+    setenv("MUSER_CUDA_TUNE", tune, 1);
     check_mode(m, gpus, fused);
     for (int li = 0; li < 2; li++) {
         const bool fast = li == 1;
@@ -268,8 +270,7 @@ static void fixture_parity(const tl_fixture *fx, int gpus, bool fused, int route
         free(tp);
         free(fed);
     }
-    unsetenv("MUSER_CUDA_ATTN_SHORT");
-    unsetenv("MUSER_CUDA_ATTN_CLUSTER");
+    unsetenv("MUSER_CUDA_TUNE");
 }
 
 int main(int argc, char **argv) {
@@ -298,10 +299,10 @@ int main(int argc, char **argv) {
     }
     tl_fixture_free(&fx);
     for (int fused = 1; fused >= 0; fused--) {
-        setenv("MUSER_TP_FUSED", fused ? "1" : "0", 1);
+        setenv("MUSER_CUDA_TUNE", fused ? "tp_fused=1" : "tp_fused=0", 1);
         wide_ffn(gpus);
     }
-    unsetenv("MUSER_TP_FUSED");
+    unsetenv("MUSER_CUDA_TUNE");
     return tl_finish("cuda_tp");
 }
 

@@ -17,7 +17,7 @@
 
 /* ---- QK-norm + RoPE + KV append -----------------------------------------------------------
  * One warp per head (query heads, then KV heads; qkv_post_head in
- * cu_device.cuh, shared with the decode matvec's fused epilogue). */
+ * cu_device.cuh, shared with the one-launch decode attention). */
 __global__ void __launch_bounds__(256) qkv_post_kernel(const __grid_constant__ mu_cu_qkv_post a) {
     __shared__ float buf[8][128];
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
@@ -28,9 +28,9 @@ __global__ void __launch_bounds__(256) qkv_post_kernel(const __grid_constant__ m
     qkv_post_head(a, blockIdx.x, hh, buf[warp], true);
 }
 
-extern "C" cudaError_t mu_cu_qkv_post_launch(const mu_cu_qkv_post *a, cudaStream_t s) {
+extern "C" cudaError_t mu_cu_qkv_post_launch(const mu_cu_qkv_post *a, const mu_cu_exec *x) {
     const int heads = a->n_head + a->n_head_kv;
-    return launch_pdl(qkv_post_kernel, dim3(a->T, (heads + 7) / 8), dim3(256), 0, s, *a);
+    return launch_pdl(qkv_post_kernel, dim3(a->T, (heads + 7) / 8), dim3(256), 0, x, *a);
 }
 
 /* ---- attention: f32 path ------------------------------------------------------------------
@@ -153,7 +153,7 @@ __device__ __forceinline__ int qk_dim(int s, int q, int e) { return 8 * q + 32 *
 
 /* The ring: stages x warps x 8 chunks x 32 lanes of 16 bytes (32 KB); after
  * the loop it holds the merge state too. Shared memory per block is what
- * decides here (docs/cuda-notes.md, version 11): K and V both in a ring
+ * decides here (docs/lab-log.md, version 11): K and V both in a ring
  * (65 KB a block) measured 2-4% faster than register loads at depths
  * 2048-32768, K alone (33 KB) 1-4% faster again; the K+V ring beside a
  * separate 32 KB merge buffer (97 KB), or at 3 blocks per SM, 12% and 30%
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
     }
 }
 
-extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaStream_t s) {
+extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, const mu_cu_exec *x) {
     const dim3 grid(a->split_cap, a->n_head_kv, a->T);
     if (use_mma) {
         static bool ring_set[MU_CU_MAX_DEVICES];
@@ -378,10 +378,10 @@ extern "C" cudaError_t mu_cu_attention(const mu_cu_attn *a, bool use_mma, cudaSt
             if (e != cudaSuccess) return e;
             ring_set[dev] = true;
         }
-        return launch_pdl(attn_mma_kernel, grid, dim3(128), ATT_RING_BYTES, s, *a);
+        return launch_pdl(attn_mma_kernel, grid, dim3(128), ATT_RING_BYTES, x, *a);
     }
-    if (a->kv_f32) return launch_pdl(attn_f32_kernel<true>, grid, dim3(128), 0, s, *a);
-    return launch_pdl(attn_f32_kernel<false>, grid, dim3(128), 0, s, *a);
+    if (a->kv_f32) return launch_pdl(attn_f32_kernel<true>, grid, dim3(128), 0, x, *a);
+    return launch_pdl(attn_f32_kernel<false>, grid, dim3(128), 0, x, *a);
 }
 
 /* The raw gate of element i of token t: its parts (T = 1) added in order. */
@@ -444,8 +444,8 @@ __global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant_
     }
 }
 
-extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, cudaStream_t s) {
-    return launch_pdl(attn_reduce_kernel, dim3(a->n_head, a->T), dim3(512), 0, s, *a);
+extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, const mu_cu_exec *x) {
+    return launch_pdl(attn_reduce_kernel, dim3(a->n_head, a->T), dim3(512), 0, x, *a);
 }
 
 /* ---- decode of a short span in one launch --------------------------------------------------
@@ -678,12 +678,12 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
     }
 }
 
-extern "C" cudaError_t mu_cu_attn_decode_launch(const mu_cu_attn_decode *a, cudaStream_t s) {
+extern "C" cudaError_t mu_cu_attn_decode_launch(const mu_cu_attn_decode *a, const mu_cu_exec *x) {
     const int C = a->cluster;
     if (a->qp.T != 1 || C < 1 || C > MU_CU_ATTN_CLUSTER_MAX || a->short_max < 1 ||
         a->short_max > C * MU_CU_ATTN_SHORT_MAX || a->qp.head_dim != 128)
         return cudaErrorInvalidValue;
     void (*kernel)(mu_cu_attn_decode) = a->qp.kv_f32 ? (C > 1 ? attn_decode_kernel<true, true> : attn_decode_kernel<true, false>)
                                                       : (C > 1 ? attn_decode_kernel<false, true> : attn_decode_kernel<false, false>);
-    return launch_pdl_cluster(kernel, dim3(a->qp.n_head * C), dim3(128), 0, s, C, *a);
+    return launch_pdl_cluster(kernel, dim3(a->qp.n_head * C), dim3(128), 0, x, C, *a);
 }

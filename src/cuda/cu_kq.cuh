@@ -428,14 +428,4 @@ KQ_HD void kq_dequant(const KqLane<V4> &L, int c0, const PUT &put) {
     }
 }
 
-/* Bytes per block of each stream; false for other types. */
-KQ_HD bool kq_streams(uint32_t type, int &qh, int &meta, int &d) {
-    switch (type) {
-    case MU_TYPE_Q4_K: qh = 0, meta = 16, d = 0; return true;
-    case MU_TYPE_Q5_K: qh = 32, meta = 16, d = 0; return true;
-    case MU_TYPE_Q6_K: qh = 64, meta = 16, d = 2; return true;
-    default: return false;
-    }
-}
-
 #endif

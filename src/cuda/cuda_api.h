@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/cuda_tuning.h"
 #include "engine/engine.h"
 
 /* 0 when a usable GPU is present; otherwise a status with the reason in
@@ -37,15 +38,14 @@ int mu_cuda_launches_per_token(const mu_backend *b);
 /* Weight bytes on the device that one decoded token streams. */
 uint64_t mu_cuda_weight_bytes(const mu_backend *b);
 
-/* Runtime switches (tests, benchmark A/B; -1 leaves one as it is): graph
- * replay of the token step, programmatic dependent launch, the tensor-core
- * attention path, and matvec blocks per SM (0: as many as fit). */
-void mu_cuda_set_options(mu_backend *b, int use_graph, int use_pdl, int use_mma, int mv_occupancy);
+/* The session's settings (cuda_tuning.h); setting them recaptures its
+ * graphs (tests, the lab's A/B). Not for a tensor-parallel backend. */
+void mu_cuda_get_tuning(const mu_backend *b, mu_cuda_tuning *t);
+void mu_cuda_set_tuning(mu_backend *b, const mu_cuda_tuning *t);
 
-/* Decode attention of spans up to `rows` in one launch (0: the three
- * launches always); MUSER_CUDA_ATTN_SHORT sets it for a session. */
-void mu_cuda_set_attn_short(mu_backend *b, int rows);
-int mu_cuda_attn_short(const mu_backend *b);
+/* The session's matvec launches so far that could run with paired staging
+ * (tuning.pair_staging), and those that did (tests: that the route ran). */
+void mu_cuda_pair_launches(const mu_backend *b, long long *eligible, long long *paired);
 
 /* Sessions holding a reference to the single-GPU weights of m on device
  * (0: none resident); the sessions of one model share one upload. */

@@ -1,14 +1,15 @@
-# CUDA backend: kernel checks against CPU references and fixture parity.
-# Exits 77 (skipped) on machines without a GPU or builds without nvcc.
-muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c)
+# CUDA backend: kernel checks against CPU references (through the kernel
+# entry points of tests/cuda/cu_test.cu) and fixture parity. Exits 77
+# (skipped) on machines without a GPU or builds without nvcc.
+if(MUSER_HAVE_CUDA)
+  muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c tests/cuda/cu_test.cu)
+  muser_cuda_target(test_cuda)
+  target_include_directories(test_cuda PRIVATE tests/cuda)
+else()
+  muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c)
+endif()
 # Weight sharing between sessions and batched decode against one-by-one.
 muser_c_test(cuda_batch LABELS cuda TIMEOUT 600 SOURCES tests/fixture.c)
-if(MUSER_HAVE_CUDA)
-  # The A/B lab (launch and kernel variants in one run); the benchmark
-  # proper is `muser bench --backend cuda`.
-  add_executable(bench_cuda tests/bench_cuda.c)
-  target_link_libraries(bench_cuda PRIVATE muser_core)
-endif()
 # Tensor parallel (--gpus N) against the single-GPU backend: N = 1 runs the
 # NCCL path over a communicator of size 1; N = 2 is skipped (77) with fewer
 # GPUs present.

@@ -1,12 +1,16 @@
-/* cu_test.cu — the single-kernel entry points of cuda_test.h (tests only). */
+/* cu_test.cu — the single-kernel entry points of cuda_test.h (tests only):
+ * each runs the product's kernels through their extern "C" wrappers, on
+ * the default stream, with the routes tests/test_cuda.c forces. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <vector>
 
-#include "cuda/cu_device.cuh"
-#include "cuda/cuda_test.h"
+#include "cuda/cu_attn.h"
+#include "cuda/cu_matvec.h"
+#include "cuda/cu_units.cuh"
+#include "cuda_test.h"
 
 extern "C" int mu_fail(int status, const char *fmt, ...);
 
@@ -17,6 +21,10 @@ extern "C" int mu_fail(int status, const char *fmt, ...);
     } while (0)
 
 namespace {
+
+/* the launches' settings: default stream, no PDL, the routes as forced */
+mu_cu_exec g_x = {0, false, 0, 0, MU_CU_ROUTE_AUTO, MU_CU_ROUTE_AUTO, true, nullptr};
+
 
 /* Device allocations freed at scope exit. */
 struct Pool {
@@ -52,6 +60,21 @@ int block_bytes(uint32_t type, int &elems) {
     default: elems = iv_geom(type).block_elems; return iv_geom(type).block_bytes;
     }
 }
+
+/* int8 blocks of T rows of n (tests; the forward pass quantizes inside the
+ * kernels that produce the activations). One warp per 32-element block. */
+__global__ void quantize_rows_kernel(const float *x, int8_t *q, float *ds, int64_t blocks) {
+    const int64_t blk = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    if (blk >= blocks) return;
+    quantize_block_warp(x[blk * 32 + (threadIdx.x & 31)], q + blk * 32, ds + blk * 4);
+}
+
+cudaError_t quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, cudaStream_t s) {
+    const int64_t blocks = n * T / 32;
+    quantize_rows_kernel<<<(unsigned)((blocks * 32 + 255) / 256), 256, 0, s>>>(x, q, ds, blocks);
+    return cudaGetLastError();
+}
+
 
 /* Uploads a weight in file layout and repacks it as the backend does. */
 int make_weight(Pool &pool, uint32_t type, const void *raw, int64_t rows, int64_t cols, mu_cu_weight *w) {
@@ -89,7 +112,7 @@ int make_act(Pool &pool, const float *x, int64_t n, int lane, mu_cu_act *a, int8
     a->x = dx;
     a->q = q;
     a->ds = ds;
-    TCK(mu_cu_quantize_rows(dx, q, ds, n, 1, 0));
+    TCK(quantize_rows(dx, q, ds, n, 1, 0));
     TCK(cudaDeviceSynchronize());
     if (xq) TCK(cudaMemcpy(xq, q, (size_t)n, cudaMemcpyDeviceToHost));
     if (xds) TCK(cudaMemcpy(xds, ds, (size_t)n / 8 * sizeof(float), cudaMemcpyDeviceToHost));
@@ -135,6 +158,13 @@ float *split_up(Pool &pool, const float *x, size_t n, int parts, uint32_t seed) 
 
 } // namespace
 
+extern "C" void mu_cuda_test_routes(int grid_cap, int flat, int cut, int pair) {
+    g_x.mv_grid_cap = grid_cap;
+    g_x.mv_flat = flat;
+    g_x.mv_cut = cut;
+    g_x.mv_pair = pair != 0;
+}
+
 #define RCK(x)              \
     do {                    \
         int rc_ = (x);      \
@@ -159,7 +189,7 @@ extern "C" int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *
         total += rows[i];
     }
     a.nseg = nseg;
-    TCK(mu_cu_matvec(&a, 0));
+    TCK(mu_cu_matvec(&a, &g_x));
     TCK(cudaDeviceSynchronize());
     int64_t off = 0;
     for (int i = 0; i < nseg; i++) {
@@ -179,7 +209,7 @@ extern "C" int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *
     b.quant_input = 1;
     b.act.q = pool.get<int8_t>((size_t)cols, 0x5a);
     b.act.ds = pool.get<float>((size_t)cols / 8, 0x7f);
-    TCK(mu_cu_matvec(&b, 0));
+    TCK(mu_cu_matvec(&b, &g_x));
     TCK(cudaDeviceSynchronize());
     std::vector<float> yv((size_t)total);
     off = 0;
@@ -217,8 +247,7 @@ extern "C" int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows
 }
 
 extern "C" int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *up, int64_t F, int64_t cols,
-                                   const float *x, int lane, float *out_x, int8_t *out_q, float *out_ds, int8_t *xq,
-                                   float *xds) {
+                                   const float *x, int lane, float *out_x, int8_t *xq, float *xds) {
     Pool pool;
     mu_cu_mv a;
     memset(&a, 0, sizeof a);
@@ -228,18 +257,11 @@ extern "C" int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *
     RCK(make_weight(pool, type, gate, F, cols, &a.seg[0].w));
     RCK(make_weight(pool, type, up, F, cols, &a.seg[1].w));
     a.nseg = 2;
-    a.gu.x = pool.get<float>((size_t)F, 0xff);
-    a.gu.q = pool.get<int8_t>((size_t)F, 0x7f);
-    a.gu.ds = pool.get<float>((size_t)F / 8, 0xff);
-    a.group_count = pool.get<unsigned>((size_t)F / 16, 0);
-    /* twice: the group counters must come back to zero */
-    TCK(mu_cu_matvec(&a, 0));
+    a.seg[0].y = pool.get<float>((size_t)F, 0xff);
+    a.seg[1].y = pool.get<float>((size_t)F, 0xff);
+    TCK(mu_cu_matvec(&a, &g_x));
     TCK(cudaDeviceSynchronize());
-    TCK(mu_cu_matvec(&a, 0));
-    TCK(cudaDeviceSynchronize());
-    RCK(down(out_x, a.gu.x, (size_t)F));
-    RCK(down(out_q, a.gu.q, (size_t)F));
-    RCK(down(out_ds, a.gu.ds, (size_t)F / 8));
+    RCK(down(out_x, a.seg[0].y, (size_t)F));
     return 0;
 }
 
@@ -271,7 +293,7 @@ extern "C" int mu_cuda_test_matvec_resnorm(uint32_t type, const void *raw, int64
     /* run twice: the counter must come back to zero for the next launch */
     for (int rep = 0; rep < 2; rep++) {
         if (rep) TCK(cudaMemcpy(a.rn.h, h_in, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
-        TCK(mu_cu_matvec(&a, 0));
+        TCK(mu_cu_matvec(&a, &g_x));
         TCK(cudaDeviceSynchronize());
     }
     /* the parts the kernel used (as mu_cu_matvec picks them), summed in order */
@@ -309,7 +331,7 @@ extern "C" int mu_cuda_test_embed(uint32_t type, const void *raw, int64_t V, int
     rn.stride = E;
     rn.out.x = pool.get<float>((size_t)(T * E), 0xff);
     unsigned long long *best = pool.get<unsigned long long>(1, 0xff);
-    TCK(mu_cu_embed(&w, recs, T, rn, best, 0));
+    TCK(mu_cu_embed(&w, recs, T, rn, best, &g_x));
     TCK(cudaDeviceSynchronize());
     unsigned long long hb = 1;
     RCK(down(&hb, best, 1));
@@ -331,15 +353,15 @@ extern "C" int mu_cuda_test_logits(uint32_t type, const void *raw, int64_t V, in
     RCK(make_weight(pool, type, raw, V, cols, &a.seg[0].w));
     a.seg[0].y = pool.get<float>((size_t)V, 0xff);
     a.nseg = 1;
-    a.logit_scale = scale;
-    a.softcap = softcap;
-    a.best = pool.get<unsigned long long>(1, 0);
+    a.lg.scale = scale;
+    a.lg.softcap = softcap;
+    a.lg.best = pool.get<unsigned long long>(1, 0);
     mu_cu_rec_hdr hdr = {0, pos, temperature, seed};
-    a.hdr = pool.up(&hdr, 1);
-    TCK(mu_cu_matvec(&a, 0));
+    a.lg.hdr = pool.up(&hdr, 1);
+    TCK(mu_cu_matvec(&a, &g_x));
     TCK(cudaDeviceSynchronize());
     unsigned long long hb = 0;
-    RCK(down(&hb, a.best, 1));
+    RCK(down(&hb, a.lg.best, 1));
     *chosen = (int32_t)(0xFFFFFFFFu - (uint32_t)(hb & 0xFFFFFFFFull));
     RCK(down(logits, a.seg[0].y, (size_t)V));
     return 0;
@@ -403,7 +425,7 @@ extern "C" int mu_cuda_test_qkv_post(const mu_cuda_test_qkv *t) {
     RCK(planes_up(pool, nullptr, pn, t->kv_f32, &a.vc));
     a.kv_f32 = t->kv_f32;
     a.recs = single_rec(pool, T, t->n_rot, host, stride);
-    TCK(mu_cu_qkv_post_launch(&a, 0));
+    TCK(mu_cu_qkv_post_launch(&a, &g_x));
     TCK(cudaDeviceSynchronize());
     RCK(down(t->qn, a.qn, (size_t)T * H * 128));
     RCK(planes_down(a.kc, pn, t->kv_f32, t->kc));
@@ -441,7 +463,7 @@ extern "C" int mu_cuda_test_attention(const mu_cuda_test_attn *t) {
     a.part_l = pool.get<float>(parts, 0xff);
     a.part_o = pool.get<float>(parts * 128, 0xff);
     a.recs = single_rec(pool, T, 2, host, stride);
-    TCK(mu_cu_attention(&a, t->use_mma != 0, 0));
+    TCK(mu_cu_attention(&a, t->use_mma != 0, &g_x));
     mu_cu_reduce r;
     memset(&r, 0, sizeof r);
     r.T = T;
@@ -460,7 +482,7 @@ extern "C" int mu_cuda_test_attention(const mu_cuda_test_attn *t) {
     r.out.ds = t->out_q ? pool.get<float>((size_t)T * H * 16, 0xff) : nullptr;
     r.out_stride = H * 128;
     r.recs = a.recs;
-    TCK(mu_cu_attn_reduce(&r, 0));
+    TCK(mu_cu_attn_reduce(&r, &g_x));
     TCK(cudaDeviceSynchronize());
     RCK(down(t->out, r.out.x, (size_t)T * H * 128));
     if (t->out_q) {

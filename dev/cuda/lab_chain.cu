@@ -1,4 +1,4 @@
-/* cu_lab.cu — a timing probe for a design question (bench_cuda --chain); the
+/* lab_chain.cu — a timing probe for a design question (bench_cuda --chain); the
  * engine does not use it. Question: what does a launch boundary cost a chain
  * of streaming launches shaped like a decode layer, against a grid-wide
  * barrier inside one persistent launch (with or without each warp's next
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cuda/cu_device.cuh"
-#include "cuda/cuda_test.h"
+#include "lab.h"
 
 extern "C" int mu_fail(int status, const char *fmt, ...);
 
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(LAB_WARPS * 32, 1) lab_seg_kernel(const __grid
  * launch wrote at its end, then a block sum (two barriers); and the
  * question whether the warps' next DEPTH batches, copied into shared memory
  * during that chain (PACED 0: all right after the wait; 1: one per round),
- * hide the chain or slow it as much as they save (docs/cuda-notes.md,
+ * hide the chain or slow it as much as they save (docs/lab-log.md,
  * version 15: L2 prefetches did). After the chain a warp folds its first
  * batch, issues its next register batch, then folds the copied ones. */
 template <int NB, int DEPTH, int PACED>
@@ -582,7 +582,6 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     int64_t region = 0;
     double total_bytes = 0;
     std::vector<float> t;
-    const bool pdl_was = mu_cu_get_pdl();
     const bool rows = cfg->pattern > 0;
     const bool staged = cfg->stage_rounds != 0; /* (-1: the staging kernel with no rounds) */
     const lab_seg_fn seg = staged ? lab_stage_pick(cfg->nb, cfg->depth, cfg->paced)
@@ -653,10 +652,12 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     LCK(cudaGetLastError());
     /* graphs of one launch per segment: [0] with PDL, [1] without */
     for (int g = 0; g < 2; g++) {
-        mu_cu_set_pdl(g == 0);
+        mu_cu_exec x = {};
+        x.stream = st;
+        x.pdl = g == 0;
         LCK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         for (int s = 0; s < c.segs; s++) {
-            const cudaError_t e = launch_pdl_cluster(seg, dim3(sms), dim3(LAB_WARPS * 32), smem, st, cluster, c, s, sink);
+            const cudaError_t e = launch_pdl_cluster(seg, dim3(sms), dim3(LAB_WARPS * 32), smem, &x, cluster, c, s, sink);
             if (e != cudaSuccess) {
                 cudaStreamEndCapture(st, &graph[g]);
                 LCK(e);
@@ -689,7 +690,6 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
     out->gb = total_bytes / 1e9;
     out->sms = sms;
 done:
-    mu_cu_set_pdl(pdl_was);
     for (int g = 0; g < 2; g++) {
         if (exec[g]) cudaGraphExecDestroy(exec[g]);
         if (graph[g]) cudaGraphDestroy(graph[g]);

@@ -1,4 +1,5 @@
-/* cuda_test.h — single-kernel entry points for tests/test_cuda.c: each one
+/* cuda_test.h — single-kernel entry points for tests/test_cuda.c (built
+ * from tests/cuda/cu_test.cu into the CUDA tests only): each one
  * takes host arrays, runs one kernel (or one fused pair) on the GPU and
  * copies every output back, so the test can compare with a CPU reference.
  * Output buffers on the device are poisoned (NaN / 0x7f bytes) before the
@@ -16,6 +17,11 @@
 extern "C" {
 #endif
 
+/* The matvec routes of the calls below (mu_cu_exec): blocks in all (0:
+ * every SM), gate/up in flat batches and STORE in cut ranges
+ * (MU_CU_ROUTE_AUTO / _NEVER / _ALWAYS), paired staging (0: off). */
+void mu_cuda_test_routes(int grid_cap, int flat, int cut, int pair);
+
 /* The K-quant GPU layout and lane arithmetic run on the CPU (cu_kq.cuh):
  * 0 when they agree with the CPU's dequantization; else 1 and msg says
  * what differs. Needs no GPU. */
@@ -29,9 +35,9 @@ int mu_cuda_selftest_kq(char *msg, size_t cap);
 int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *const *raws, const int64_t *rows, int64_t cols,
                         const float *x, int lane, float *y, int8_t *xq, float *xds, int batch_parts);
 int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows, int64_t cols, bool to_f16, float *out);
-/* gate/up matvec with fused SwiGLU and int8 output blocks. */
+/* gate/up matvec with fused SwiGLU. */
 int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *up, int64_t F, int64_t cols, const float *x,
-                        int lane, float *out_x, int8_t *out_q, float *out_ds, int8_t *xq, float *xds);
+                        int lane, float *out_x, int8_t *xq, float *xds);
 /* matvec whose last block runs the residual + norm tail (n = rows). */
 int mu_cuda_test_matvec_resnorm(uint32_t type, const void *raw, int64_t n, int64_t cols, const float *x, int lane,
                                 const float *w_post, float eps_post, const float *h_in, const float *w_next,
@@ -74,35 +80,6 @@ typedef struct mu_cuda_test_attn {
 } mu_cuda_test_attn;
 int mu_cuda_test_attention(const mu_cuda_test_attn *a);
 
-/* Timing probe (bench_cuda --chain; cu_lab.cu): segs streaming segments of
- * seg_mb[s % 4] MB each (distinct regions, 16-byte loads, nb per lane per
- * warp batch; the first batch in registers before the wait and depth more
- * in shared memory by cp.async), work x 4 multiply-adds per batch, stage_us
- * of latency in every block after the wait and tail_us in the last block
- * (the matvec's serial parts). ms per chain, median of reps: [0] one launch
- * per segment in a graph with PDL, [1] the same without PDL; persistent:
- * also [2] one launch without barriers (the streaming floor), [3] with a
- * grid barrier between segments, [4] the barrier with each warp's first
- * loads of the next segment issued before it (no stage/tail, depth 0). */
-typedef struct mu_cuda_lab_chain_cfg {
-    double seg_mb[4];
-    int segs, nb, depth, work, reps, persistent;
-    double stage_us, tail_us;
-    int pattern;        /* 0: contiguous batches; 1-5: a matvec's rows (cu_lab.cu, lab_rows_kernel) */
-    int batch_blocks;   /* pattern > 0: blocks per batch (16 or 13) */
-    int row_blocks[4];  /* pattern > 0: blocks per row of each segment (0: 26) */
-    int stage_rounds;   /* != 0: the staging as max(0, that) many dependent L2 rounds with block sums (lab_stage_kernel);
-                           depth: batches copied into shared memory during it */
-    int paced;          /* stage_rounds > 0: the copies one per round (1) or all after the wait (0) */
-    int stage_mode;     /* what a round is (cu_lab.cu, LabChain.stage_mode) */
-    int mode_arg;       /* stage_mode 6: batches each waiting warp prefetches into L2; 11: the vectors' replicas */
-} mu_cuda_lab_chain_cfg;
-typedef struct mu_cuda_lab_chain_result {
-    double ms[5];
-    double gb; /* bytes streamed per chain */
-    int sms;
-} mu_cuda_lab_chain_result;
-int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_chain_result *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# device_run.sh — one call on a GPU machine (the lab's, not the product's):
+# correctness first, then timing, a short table last. Run from the
+# repository root with, in .devtree/ (ignored by git, sent with `carry`):
+#   new.tar   the build under test: libmuser_core.so (a -DMUSER_SHARED_CORE=ON
+#             build keeps the binaries small), muser, test_cuda, test_cuda_tp,
+#             test_cuda_batch, bench_cuda (optional)
+#   base.tar  optional: a baseline's libmuser_core.so and muser, for A/B
+#   lib/      shared libraries the GPU machine lacks (pcre2, cjson, microhttpd)
+#   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
+#
+#   bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [ROUNDS]
+# Logs go to $OUT (or /tmp/cuda-run).
+set -u
+D=.devtree
+OUT=${OUT:-/tmp/cuda-run}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 # NVLink multicast can take GPUs that others share out of service
+MODES="${*:-tests ab e2e}"
+ROUNDS=3
+for a in $MODES; do case "$a" in [0-9]*) ROUNDS=$a ;; esac; done
+for v in new base; do
+    [ -f $D/$v.tar ] && mkdir -p $D/$v && tar -C $D/$v -xf $D/$v.tar
+done
+CUDALIB=$(dirname "$(find / -name 'libcublas.so.13' 2>/dev/null | head -1)")
+NCCL_LIB=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH=$PWD/$D/lib:$CUDALIB:${NCCL_LIB:+$(dirname "$NCCL_LIB"):}${LD_LIBRARY_PATH:-}
+t0=$(date +%s)
+stamp() { echo "[+$(($(date +%s) - t0))s] $*"; }
+with() { local v=$1; shift; LD_LIBRARY_PATH=$PWD/$D/$v:$LD_LIBRARY_PATH "$@"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+N=tests/data/fixtures/nano
+M=/dev/shm/m.gguf
+
+case " $MODES " in *" synth-bg "*)
+    # the 30B file for a later call's `ab`, written in the background (the
+    # machine stays warm between calls that follow each other closely)
+    [ -s $M ] || setsid bash -c "LD_LIBRARY_PATH=$PWD/$D/new:$LD_LIBRARY_PATH $D/new/muser synth --preset 30b \
+        --mix meta-17gb -o $M.part && mv $M.part $M" >/dev/null 2>&1 </dev/null &
+    ;;
+esac
+
+case " $MODES " in *" tests "*)
+    stamp "test_cuda"
+    with new env MUSER_TEST_DATA=$PWD/tests/data MUSER_DATA_DIR=$PWD/$D/shared timeout 400 $D/new/test_cuda \
+        >"$OUT/test_cuda.log" 2>&1
+    echo "test_cuda rc=$?"
+    grep -E "CHECK failed|SKIPPED|passed|failed" "$OUT/test_cuda.log" | head -30
+    stamp "test_cuda_tp 1"
+    with new env MUSER_TEST_DATA=$PWD/tests/data timeout 200 $D/new/test_cuda_tp 1 >"$OUT/test_tp.log" 2>&1
+    echo "test_cuda_tp 1 rc=$?"
+    grep -E "CHECK failed|passed|failed" "$OUT/test_tp.log" | head -10
+    stamp "test_cuda_batch"
+    with new env MUSER_TEST_DATA=$PWD/tests/data timeout 300 $D/new/test_cuda_batch >"$OUT/test_batch.log" 2>&1
+    echo "test_cuda_batch rc=$?"
+    grep -E "CHECK failed|passed|failed" "$OUT/test_batch.log" | head -10
+    ;;
+esac
+
+case " $MODES " in *" e2e "*)
+    # greedy text of every build on the fixtures: identical across builds
+    stamp "greedy text, cuda, both lanes"
+    for v in new base; do
+        [ -x $D/$v/muser ] || continue
+        for f in $N/nano-Q4_K_M.gguf $N/nano-Q8_0.gguf; do
+            for lane in fast exact; do
+                with $v timeout 60 $D/$v/muser run -m $f -p "The cat sat" -n 48 --temp 0 --backend cuda --lane $lane \
+                    2>/dev/null | md5sum | sed "s|-|$v $(basename $f) $lane|"
+            done
+        done
+    done | sort -k3 | tee "$OUT/greedy.txt"
+    ;;
+esac
+
+case " $MODES " in *" ab "*)
+    while pgrep -f "synth --preset 30b" >/dev/null; do sleep 2; done
+    if [ ! -s $M ]; then
+        stamp "synth 30b meta-17gb"
+        with new $D/new/muser synth --preset 30b --mix meta-17gb -o $M >/dev/null 2>&1
+        ls -la $M
+    fi
+    for r in $(seq "$ROUNDS"); do
+        for v in base new; do
+            [ -x $D/$v/muser ] || continue
+            stamp "bench $v round $r"
+            with $v env MUSER_QUIET=1 timeout 200 $D/$v/muser bench -m $M --backend cuda --lane fast \
+                --depths 0,32768 -n 64 --pp 0 >"$OUT/bench_${v}_$r.md" 2>"$OUT/bench_${v}_$r.err"
+            echo "rc=$? $(grep -E '^\| [0-9]' "$OUT/bench_${v}_$r.md" | awk -F'|' '{printf "d%s %s tok/s; ", $2, $3}')"
+        done
+    done
+    ;;
+esac
+stamp done

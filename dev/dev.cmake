@@ -1,0 +1,13 @@
+# The kernel lab (dev/, as llm.c keeps dev/cuda): experiments and probes,
+# built only with -DMUSER_DEV=ON (CI builds it so that it does not rot).
+if(MUSER_HAVE_CUDA)
+  # bench_cuda: A/B of tuning settings in one process, and the streaming-chain probes
+  add_executable(bench_cuda dev/cuda/bench_cuda.c dev/cuda/lab_chain.cu)
+  target_link_libraries(bench_cuda PRIVATE muser_core)
+  target_include_directories(bench_cuda PRIVATE dev/cuda)
+  muser_cuda_target(bench_cuda)
+  # the probe's multicast bulk copies (sm_90 runs them; ptxas advises sm_90a
+  # for the sake of future GPUs)
+  set_source_files_properties(dev/cuda/lab_chain.cu PROPERTIES COMPILE_OPTIONS
+                              "-Xptxas=--suppress-async-bulk-multicast-advisory-warning")
+endif()

@@ -1,0 +1,115 @@
+/* cu_norm.cu — the row kernels: the residual/norm tail over T rows
+ * (prefill), the token embedding with the first pre-norm, SwiGLU, the
+ * logits' scale and soft-cap, and random fills (bench depths).
+ */
+#include "cuda/cu_norm.cuh"
+#include "cuda/cu_units.cuh"
+
+__global__ void __launch_bounds__(256) resnorm_rows_kernel(const __grid_constant__ mu_cu_resnorm rn) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    __shared__ __align__(16) float sv[TAIL_MAXN];
+    resnorm_block<8>(rn, blockIdx.x, sv);
+}
+
+extern "C" cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, const mu_cu_exec *x) {
+    return launch_pdl(resnorm_rows_kernel, dim3(T), dim3(256), 0, x, rn);
+}
+
+/* ---- embedding ------------------------------------------------------------------------- */
+template <uint32_t TYPE>
+__device__ void embed_row_kq(const mu_cu_weight &w, int64_t token, float *dst) {
+    const int nb = (int)(w.cols >> 8);
+    for (int i = threadIdx.x; i < nb * 2; i += blockDim.x) {
+        KqLane<uint4> L;
+        kq_load<TYPE>(L, w, token, i >> 1, i & 1);
+        float *out = dst + (int64_t)(i >> 1) * 256;
+        kq_dequant<TYPE>(L, i & 1, [&](int e, float v) { out[e] = v; });
+    }
+}
+
+template <class TT>
+__device__ void embed_row(const mu_cu_weight &w, int64_t token, float *dst) {
+    const int upr = TT::units(w.cols);
+    const RowCtx rc = TT::row(w, token);
+    for (int u = threadIdx.x; u < upr; u += blockDim.x) {
+        const uint4 v = ld_stream(TT::ptr(rc, u));
+        TT::dequant(rc, u, v, dst);
+    }
+}
+
+__global__ void __launch_bounds__(256) embed_kernel(const __grid_constant__ mu_cu_weight tok, mu_cu_recs recs,
+                                                    const __grid_constant__ mu_cu_resnorm rn,
+                                                    unsigned long long *best) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    const int t = blockIdx.x;
+    if (t == 0 && threadIdx.x == 0 && best) *best = 0ull;
+    const int64_t token = rec_hdr(recs, t)->token;
+    float *h = rn.h + (int64_t)t * rn.stride;
+    switch (tok.type) {
+    case MU_TYPE_Q4_K: embed_row_kq<MU_TYPE_Q4_K>(tok, token, h); break;
+    case MU_TYPE_Q5_K: embed_row_kq<MU_TYPE_Q5_K>(tok, token, h); break;
+    case MU_TYPE_Q6_K: embed_row_kq<MU_TYPE_Q6_K>(tok, token, h); break;
+    default: MU_CU_DISPATCH_UNITS(tok.type, (embed_row<TT>(tok, token, h)));
+    }
+    __threadfence_block();
+    __syncthreads();
+    __shared__ __align__(16) float sv[TAIL_MAXN];
+    resnorm_block<8>(rn, t, sv);
+}
+
+extern "C" cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_resnorm rn,
+                                   unsigned long long *best, const mu_cu_exec *x) {
+    return launch_pdl(embed_kernel, dim3(T), dim3(256), 0, x, *tok, recs, rn, best);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------- */
+
+__global__ void swiglu_kernel(float *g, const float *u, uint16_t *h, int64_t total) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = g[i];
+        const float v = swiglu1(x, u[i]);
+        g[i] = v;
+        if (h) h[i] = f32_to_f16(v);
+    }
+}
+
+extern "C" cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T,
+                                     const mu_cu_exec *x) {
+    return launch_pdl(swiglu_kernel, dim3(1024), dim3(256), 0, x, g, u, h, n * T);
+}
+
+__global__ void logits_finish_kernel(float *x, int64_t n, float scale, float softcap) {
+    pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
+    pdl_wait();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i] * scale;
+        if (softcap != 0.0f) v = tanh_precise(v * (1.0f / softcap)) * softcap;
+        x[i] = v;
+    }
+}
+
+extern "C" cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float softcap,
+                                       const mu_cu_exec *x) {
+    return launch_pdl(logits_finish_kernel, dim3(2048), dim3(256), 0, x, logits, n, scale, softcap);
+}
+
+__global__ void fill_random_kernel(void *dst, int64_t n, bool f32, uint64_t seed, float scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint32_t a = hash32((uint32_t)seed, (uint32_t)(i >> 32), (uint32_t)i);
+        const uint32_t b = hash32((uint32_t)(seed >> 32) + 1u, (uint32_t)i, a);
+        /* sum of two uniforms, centred: a cheap bell-shaped value in [-1, 1] * scale * 1.7 */
+        const float v = (((float)(a >> 8) + (float)(b >> 8)) * (1.0f / 16777216.0f) - 1.0f) * 1.7f * scale;
+        if (f32) ((float *)dst)[i] = v;
+        else ((uint16_t *)dst)[i] = f32_to_f16(v);
+    }
+}
+
+extern "C" cudaError_t mu_cu_fill_random(void *dst, int64_t n, bool f32, uint64_t seed, float scale, cudaStream_t s) {
+    fill_random_kernel<<<2048, 256, 0, s>>>(dst, n, f32, seed, scale);
+    return cudaGetLastError();
+}
+

@@ -1,0 +1,242 @@
+/* cuda_internal.h — the CUDA backend's session state and what its host
+ * files share (C; the kernels' side is cu_shared.h, cu_matvec.h, cu_attn.h).
+ *
+ *   cuda_backend.c  creating a session: its memory plan and buffers, the
+ *                   backend interface (forward, select, truncate, free,
+ *                   checkpoints), bench hooks
+ *   cuda_weights.c  the weights on the GPU: upload and repacking, the
+ *                   prefill cache, the registry that shares them between a
+ *                   model's sessions
+ *   cuda_step.c     the step records and the op arguments every path shares
+ *   cuda_decode.c   the one-token step as a graph per attention route
+ *   cuda_prefill.c  a chunk of T tokens through GEMMs
+ *   cuda_batch.c    one token for each of several sessions
+ *   cuda_tp.c       tensor parallel over NCCL, a backend of its own
+ *   cuda_tuning.c   the settings table
+ */
+#ifndef MU_CUDA_INTERNAL_H
+#define MU_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cuda/cu_attn.h"
+#include "cuda/cu_matvec.h"
+#include "cuda/cu_shared.h"
+#include "cuda/cuda_tuning.h"
+#include "engine/engine.h"
+#include "util/error.h"
+
+#define CU_CHECK(call)                                                                                          \
+    do {                                                                                                        \
+        cudaError_t e_ = (call);                                                                                \
+        if (e_ != cudaSuccess)                                                                                  \
+            return mu_fail(MUSER_EBACKEND, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+#define BLAS_CHECK(call)                                                                                   \
+    do {                                                                                                   \
+        cublasStatus_t s_ = (call);                                                                        \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                   \
+            return mu_fail(MUSER_EBACKEND, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_); \
+    } while (0)
+
+#define RC(call)             \
+    do {                     \
+        int rc_ = (call);    \
+        if (rc_) return rc_; \
+    } while (0)
+
+/* The eight matrices of a layer, for X-macros. */
+#define LAYER_MATS(X) X(wq) X(wk) X(wv) X(wgate) X(wo) X(ffn_gate) X(ffn_up) X(ffn_down)
+
+typedef struct cu_layer {
+    mu_cu_weight wq, wk, wv, wgate, wo, ffn_gate, ffn_up, ffn_down;
+    float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm; /* f32, [n_embd] or [head_dim] */
+    int base_index; /* the layer's RoPE table among the step record's */
+} cu_layer;
+
+/* A model's weights on one GPU (cuda_weights.c): shared by the model's
+ * single-GPU sessions there, private to a tensor-parallel rank. */
+typedef struct cu_weights {
+    const mu_model *m;
+    int device, refs;
+    bool shared;              /* in the registry (one-GPU sessions)         */
+    void *wmem, *f16mem;      /* the quantized streams; the f16 prefill copies (or NULL) */
+    uint64_t wbytes, f16bytes;
+    mu_cu_weight tok_embd, output;
+    cu_layer *layers;         /* [n_layer] */
+    float *output_norm;       /* [n_embd]  */
+    struct cu_weights *next;
+} cu_weights;
+
+/* Decode attention routes: each has its own graph. */
+enum { ROUTE_SPLIT = 0, ROUTE_SHORT = 1, ROUTE_CLUSTER = 2, N_ROUTES = 3 };
+
+/* Op families of `muser bench --profile` (cuda_decode.c names them). */
+enum { PF_EMBED, PF_QKVG, PF_QKPOST, PF_ATTN, PF_REDUCE, PF_WO, PF_GATEUP, PF_DOWN, PF_HEAD, PF_ALLREDUCE, PF_COUNT };
+
+/* Event marks between op families of one decode step (profiling). */
+#define PROF_MAX_EV (4 + 12 * 1024)
+typedef struct prof_state {
+    bool on;
+    cudaEvent_t ev[PROF_MAX_EV];
+    int fam[PROF_MAX_EV];
+    int n;
+} prof_state;
+
+#define SPLIT_CAP_MAX 128   /* split-K runs per (token, KV head) in decode, at most */
+#define SPLIT_CAP_PREFILL 8 /* ... in a prefill chunk */
+
+/* One GPU's session (or a tensor-parallel rank). T: rows of a chunk at most
+ * (T_max, the session's batch); E = n_embd, Q = n_head x head_dim, KVD =
+ * n_head_kv x head_dim, F = n_ff, V = n_vocab; L = n_layer. Activations are
+ * f32 unless said. */
+typedef struct cuda_backend {
+    mu_backend base;
+    const mu_model *m;
+    mu_session_config cfg;
+    mu_cuda_tuning tune;  /* this session's settings                           */
+    mu_cu_exec exec;      /* its stream and launch settings, given to every kernel */
+    long long pair_counts[2]; /* matvec launches that could pair, and did (exec.pair_counts) */
+    int device;
+    char desc[1024];
+    cublasHandle_t blas;
+    bool fast, kv_f32;    /* the fast lane (int8 activations); f32 KV            */
+    bool tp;              /* a tensor-parallel rank (m is its shard)              */
+    bool norm_in;         /* decode: the boundaries formed by their consumers     */
+    int T_max, split_dec, split_pre;
+    int64_t E, Q, KVD, F, V;
+    uint64_t token_bytes; /* weight bytes one decoded token streams              */
+    int smem_optin;       /* shared memory a block may opt in to                  */
+    /* weights */
+    cu_weights *w;
+    int n_bases;
+    float bases[8];       /* the distinct RoPE bases (a cos/sin table each)       */
+    /* KV: per layer a plane of capacity rows of KVD values (f16, or f32 when kv_f32) */
+    mu_kv_plane *planes;  /* [L] the host's ring bookkeeping                      */
+    void **kc, **vc;      /* [L] -> [capacity][KVD]                               */
+    size_t kv_elem;       /* bytes per KV value                                   */
+    /* step records: one per row, rec_stride bytes (cu_shared.h) */
+    int64_t rec_stride;
+    uint8_t *h_rec, *d_rec; /* [T][rec_stride], pinned host and device            */
+    /* activations */
+    float *h;             /* [T][E] the residual stream                           */
+    float *h2;            /* [E] decode, norm_in: the residual's other buffer (boundary k reads one, writes the other) */
+    float *ax;            /* [T][E] the normed input of the next matrices         */
+    int8_t *aq;           /* [T][E] its int8 groups (fast lane)                   */
+    float *ads;           /* [T][E/16][2] their d and d * sum(q)                  */
+    float *ax2;           /* [E] decode: the FFN's input, apart from the attention's (rewritten by down's tail
+                             while the next layer's kernels launch) */
+    int8_t *aq2;          /* [E]                                                  */
+    float *ads2;          /* [E/16][2]                                            */
+    float *q, *g;         /* [max(T, 8)][Q] raw query, gate projections (decode: in batch parts) */
+    float *k, *v;         /* [max(T, 8)][KVD] raw key, value projections          */
+    float *qn;            /* [T][Q] queries after QK-norm + RoPE                   */
+    float *o;             /* [T][Q] the gated attention output                     */
+    int8_t *oq;           /* [Q] its int8 groups (decode, fast lane: Wo's input)   */
+    float *ods;           /* [Q/16][2]                                             */
+    float *t, *t2;        /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
+                             partial sums. t2: [E] down's, tensor parallel with the fused all-reduce */
+    float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */
+    float *fu;            /* [T][F] the up projection (prefill, batched decode)     */
+    uint16_t *a16, *o16, *f16b; /* [T][E], [T][Q], [T][F] f16 GEMM inputs (fast lane) */
+    float *part_m, *part_l; /* [parts] split-K runs' max and sum (parts = max(n_head x split_dec, T x n_head x split_pre)) */
+    float *part_o;        /* [parts][128] their unnormalized outputs               */
+    float *logits;        /* [V] the decode step's (fixed: the graph holds it)     */
+    float *logits_all;    /* [logit_rows][V] prefill with all logits, batched decode */
+    int64_t logit_rows;
+    float *h_logits;      /* [V] pinned host copy                                  */
+    unsigned long long *d_best, *h_best; /* the device's token choice: packed (key, ~index) */
+    unsigned int *counters; /* [2 L] RESNORM launches' last-block counters (zero between launches) */
+    void *wtmp;           /* dequantized weight tiles for GEMMs without the f16 cache */
+    size_t wtmp_bytes;
+    /* decode attention: spans up to attn_short rows in one launch of a block
+     * per head, up to attn_cluster_rows in clusters of attn_cluster blocks;
+     * route: what fill_records chose for the step */
+    int attn_short, attn_cluster_rows, attn_cluster;
+    int route;
+    cudaGraphExec_t graph[N_ROUTES];
+    bool graph_ready[N_ROUTES], graph_broken;
+    /* tensor parallel: the fused all-reduce (xr.n >= 2): Wo writes t, down
+     * t2 (a rank still reading a peer's t after their meeting cannot see it
+     * overwritten before their next one), and the RESNORM tail of each sums
+     * every rank's copy, read at lsa_t / lsa_t2 + rank x xr.stride */
+    mu_cu_xrank xr;
+    const float *lsa_t, *lsa_t2;
+    int64_t vocab0;       /* global index of this rank's first LM-head row         */
+    /* muser bench --profile: op by op with events, accumulated per family */
+    prof_state *prof;
+    mu_prof_entry prof_acc[MU_PROF_COUNT];
+} cuda_backend;
+
+/* cuda_backend.c */
+int cuda_rank_new(const mu_model *m, const mu_session_config *cfg, int device, bool tp, int64_t vocab0,
+                  cuda_backend **out);
+void cuda_rank_free(cuda_backend *b);
+int cuda_use_device(const cuda_backend *b);
+int cuda_sync_checked(cuda_backend *b);
+int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, size_t dst_stride);
+int cuda_truncate(mu_backend *base, int pos);
+void cuda_reset(mu_backend *base);
+const mu_prof_entry *cuda_profile(mu_backend *base, bool on);
+const char *cuda_profile_name(mu_backend *base, int family);
+int cuda_membw(mu_backend *base, double *gbps, const char **what);
+int cuda_dalloc(void **p, size_t bytes, const char *what);
+/* Applies a new tuning to a session (its graphs are captured anew). */
+void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t);
+
+/* cuda_weights.c */
+uint64_t cuda_weight_dev_bytes(const mu_weight *w);
+/* A reference to m's weights resident on device (shared), or NULL. */
+cu_weights *cuda_weights_acquire(const mu_model *m, int device);
+/* Uploads b->m's weights into a new b->w (one reference, not shared). */
+int cuda_weights_upload(cuda_backend *b);
+/* Shares b's new upload with the model's later sessions on its GPU. */
+void cuda_weights_publish(cu_weights *w);
+/* Drops a reference; the last one frees the device memory. */
+void cuda_weights_close(cu_weights *w);
+/* The fast lane's f16 copies for prefill (tuning.prefill_cache). */
+int cuda_prefill_cache(cuda_backend *b);
+
+/* cuda_step.c */
+mu_cu_recs cuda_recs(const cuda_backend *b);
+int cuda_fill_records(cuda_backend *b, const muser_token *tokens, int T, int pos0, float temperature, uint64_t seed);
+mu_cu_act cuda_act(const float *x, const int8_t *q, const float *ds);
+mu_cu_resnorm cuda_resnorm(const cuda_backend *b, const float *branch, const float *w_post, const float *w_next,
+                           bool f16);
+mu_cu_qkv_post cuda_qkv_post(const cuda_backend *b, int l, int T);
+mu_cu_attn_decode cuda_attn_decode(const cuda_backend *b, int l, const mu_cu_qkv_post *qp, bool quant_out);
+int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
+                   prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts);
+void cuda_mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act);
+void cuda_mv_seg(mu_cu_mv *a, const mu_cu_weight *w, float *y);
+int cuda_head_matvec(cuda_backend *b, int row, bool decode, prof_state *p);
+int cuda_prof_mark(cuda_backend *b, prof_state *p, int family);
+
+/* cuda_decode.c: the step in parts (part 0: embedding and layer 0 up to
+ * Wo; 2l + 1: layer l's FFN; 2l + 2: layer l + 1 up to Wo; 2L: the LM
+ * head), so tensor parallel can reduce between them */
+int cuda_decode_parts(const cuda_backend *b);
+int cuda_decode_part(cuda_backend *b, int part, prof_state *p);
+int cuda_best_copy(cuda_backend *b);
+int cuda_decode_run(cuda_backend *b);
+int cuda_prof_collect(cuda_backend *b, int pos);
+
+/* cuda_prefill.c */
+/* Y[T][ldy] = A[T][cols] . W^T through cuBLAS (f16 A in the fast lane, f32 in the exact) */
+int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T);
+int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits);
+int cuda_prefill_run(cuda_backend *b, int T, bool all_logits);
+int cuda_logit_rows_reserve(cuda_backend *b, int T);
+
+/* cuda_batch.c */
+int cuda_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                       float *const *logits);
+
+/* cuda_tp.c */
+int cuda_tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
+
+#endif

@@ -1,0 +1,112 @@
+/* cuda_prefill.c — a chunk of T tokens (prefill): the decode step's op
+ * order with cuBLAS GEMMs over dequantized weights (the fast lane's f16
+ * copies when they are resident, else f16 or f32 tiles dequantized per
+ * matrix), the attention split-K over the chunk's rows.
+ */
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+
+/* Y[T][ldy] (columns r0 .. r0+nrows) = A[T][cols] . W[r0 .. r0+nrows)^T */
+static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrows, const void *A, float *Y, int64_t ldy,
+                int T) {
+    const float one = 1.0f, zero = 0.0f;
+    const int64_t cols = w->cols;
+    if (b->fast) {
+        const void *W;
+        if (w->f16) {
+            W = w->f16 + r0 * cols;
+        } else {
+            CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, true, b->exec.stream));
+            W = b->wtmp;
+        }
+        BLAS_CHECK(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, W, CUDA_R_16F,
+                                (int)cols, A, CUDA_R_16F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+    } else {
+        CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, false, b->exec.stream));
+        BLAS_CHECK(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, b->wtmp, CUDA_R_32F,
+                                (int)cols, A, CUDA_R_32F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy,
+                                CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    }
+    return 0;
+}
+
+/* A whole matrix, in row tiles that fit the dequantization buffer. */
+int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
+    if (!w->qs) return 0;
+    const size_t elem = b->fast ? 2 : 4;
+    int64_t tile = (b->fast && w->f16) ? w->rows : (int64_t)(b->wtmp_bytes / ((size_t)w->cols * elem));
+    if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");
+    for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
+        int64_t n = w->rows - r0 < tile ? w->rows - r0 : tile;
+        RC(gemm(b, w, r0, n, A, Y + r0, ldy, T));
+    }
+    return 0;
+}
+
+/* logits_all holds at least T rows (grown, never shrunk). */
+int cuda_logit_rows_reserve(cuda_backend *b, int T) {
+    if (b->logit_rows >= T) return 0;
+    if (b->logits_all) cudaFree(b->logits_all);
+    b->logits_all = NULL;
+    b->logit_rows = 0;
+    RC(cuda_dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
+    b->logit_rows = T;
+    return 0;
+}
+
+/* A prefill chunk (T > 1) in the decode step's parts: part 0 = embedding
+ * and layer 0 up to Wo; part 2l+1 = the tail after Wo, then layer l's FFN;
+ * part 2l+2 = the tail after down, then layer l+1 up to Wo, or the LM head
+ * after the last layer. Each gemm into t writes the whole sum on one GPU
+ * and a partial sum on a tensor-parallel rank, all-reduced between the
+ * parts; every part after the first starts with the residual/norm tail. */
+int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
+    const mu_hparams *hp = &b->m->hp;
+    const int L = hp->n_layer;
+    const mu_cu_exec *x = &b->exec;
+    const bool f = b->fast;
+    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
+    if (part == 0) {
+        CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
+        mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f);
+        rn.embd_norm = hp->embd_norm;
+        CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
+    } else if (part % 2 == 1) { /* after Wo of layer l: its FFN */
+        const int l = (part - 1) / 2;
+        const cu_layer *D = &b->w->layers[l];
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, x));
+        RC(cuda_gemm_all(b, &D->ffn_gate, A, b->ff, b->F, T));
+        RC(cuda_gemm_all(b, &D->ffn_up, A, b->fu, b->F, T));
+        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, x));
+        return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T);
+    } else { /* after down of layer l */
+        const int l = (part - 2) / 2;
+        const float *next = l + 1 < L ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, b->w->layers[l].post_ffn_norm, next, f), T, x));
+    }
+    if (part == 2 * L) { /* the LM head */
+        if (!all_logits) return cuda_head_matvec(b, T - 1, false, NULL);
+        RC(cuda_logit_rows_reserve(b, T));
+        RC(cuda_gemm_all(b, &b->w->output, A, b->logits_all, b->V, T));
+        CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
+        return 0;
+    }
+    const int l = part / 2;
+    const cu_layer *D = &b->w->layers[l];
+    RC(cuda_gemm_all(b, &D->wq, A, b->q, b->Q, T));
+    RC(cuda_gemm_all(b, &D->wk, A, b->k, b->KVD, T));
+    RC(cuda_gemm_all(b, &D->wv, A, b->v, b->KVD, T));
+    RC(cuda_gemm_all(b, &D->wgate, A, b->g, b->Q, T));
+    mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, x));
+    RC(cuda_attention(b, b, l, T, 0, cuda_recs(b), b->split_pre, NULL, f, false, NULL, 1));
+    return cuda_gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T);
+}
+
+int cuda_prefill_run(cuda_backend *b, int T, bool all_logits) {
+    for (int part = 0; part < cuda_decode_parts(b); part++) RC(cuda_prefill_part(b, part, T, all_logits));
+    return 0;
+}
+
