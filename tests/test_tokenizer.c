@@ -14,9 +14,11 @@
 #include "model/model.h"
 #include "muser.h"
 #include "testlib.h"
+#include "text/bpe.h"
+#include "text/pretokenize.h"
+#include "text/tok_buffers.h"
 #include "text/utf8.h"
 #include "text/vocab.h"
-#include "text/vocab_internal.h"
 #include "util/error.h"
 
 static double now_s(void) {

@@ -16,9 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/bpe.h"
+
 #include "text/pair_heap.h"
 #include "text/utf8.h"
-#include "text/vocab_internal.h"
 #include "util/error.h"
 
 typedef struct merge_entry {
@@ -216,22 +217,11 @@ int mu_bpe_piece(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scrat
             return 0;
         }
     }
-    if (!sc->cache || n > MU_PIECE_CACHE_KEY || n < 2) return mu_bpe_merge_only(v, s, n, sc, out);
-    struct mu_piece_cache_slot *slot = &sc->cache->slot[mu_hash_bytes(s, n) % MU_PIECE_CACHE_SLOTS];
-    if (slot->len == n && memcmp(slot->key, s, n) == 0) {
-        for (int i = 0; i < slot->n_ids; i++) mu_tok_emit(out, slot->ids[i]);
-        return 0;
-    }
-    int first = out->n;
+    if (sc->cache && mu_piece_cache_emit(sc->cache, s, n, out)) return 0;
+    const int first = out->n;
     int rc = mu_bpe_merge_only(v, s, n, sc, out);
-    int produced = out->n - first;
     /* Remember it if every id was written (ids past cap are only counted). */
-    if (!rc && produced <= MU_PIECE_CACHE_IDS && out->n <= out->cap) {
-        slot->len = (uint8_t)n;
-        slot->n_ids = (uint8_t)produced;
-        memcpy(slot->key, s, n);
-        memcpy(slot->ids, out->ids + first, (size_t)produced * sizeof *out->ids);
-    }
+    if (!rc && sc->cache && out->n <= out->cap) mu_piece_cache_put(sc->cache, s, n, out->ids + first, out->n - first);
     return rc;
 }
 

@@ -19,12 +19,14 @@
  * as raw bytes. (llama.cpp instead replaces each invalid byte with U+FFFD;
  * keeping the bytes makes decode(encode(x)) == x hold for any input.)
  */
+#include "text/pretokenize.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/vocab_internal.h"
+#include "text/bpe.h"
 #include "util/error.h"
 
 /* Unicode White_Space, as a character-class body. */
@@ -151,36 +153,32 @@ void mu_pretok_release(struct mu_vocab *v) {
     v->n_regex = 0;
 }
 
-void mu_tok_scratch_free(mu_tok_scratch *s) {
-    free(s->buf);
-    free(s->heap);
-    free(s->text);
-    for (int i = 0; i < MU_PRETOK_MAX_REGEX; i++) pcre2_match_data_free(s->match_data[i]);
-    pcre2_match_context_free(s->match_ctx);
-    pcre2_jit_stack_free(s->jit_stack);
-    free(s->cache);
-    memset(s, 0, sizeof *s);
+void mu_pretok_scratch_free(mu_pretok_scratch *ps) {
+    for (int i = 0; i < MU_PRETOK_MAX_REGEX; i++) pcre2_match_data_free(ps->match_data[i]);
+    pcre2_match_context_free(ps->match_ctx);
+    pcre2_jit_stack_free(ps->jit_stack);
+    memset(ps, 0, sizeof *ps);
 }
 
 /* Runs regex `level` over s[0..n) from offset `from`. Returns 1 with the
  * match in [*m0, *m1), 0 for no match, or a negative status. */
-static int find_match(const struct mu_vocab *v, int level, const char *s, size_t n, size_t from, mu_tok_scratch *sc,
+static int find_match(const struct mu_vocab *v, int level, const char *s, size_t n, size_t from, mu_pretok_scratch *ps,
                       size_t *m0, size_t *m1) {
     pcre2_code *re = v->regex[level];
-    if (!sc->match_data[level]) {
-        sc->match_data[level] = pcre2_match_data_create_from_pattern(re, NULL);
-        if (!sc->match_data[level]) return mu_fail(MUSER_ENOMEM, "out of memory for regex matching");
+    if (!ps->match_data[level]) {
+        ps->match_data[level] = pcre2_match_data_create_from_pattern(re, NULL);
+        if (!ps->match_data[level]) return mu_fail(MUSER_ENOMEM, "out of memory for regex matching");
     }
-    pcre2_match_data *md = sc->match_data[level];
-    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, 0, md, sc->match_ctx);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !sc->jit_stack) {
+    pcre2_match_data *md = ps->match_data[level];
+    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, 0, md, ps->match_ctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !ps->jit_stack) {
         /* Very long runs (e.g. megabytes of spaces) outgrow the default
          * 32 KiB JIT stack; retry once with a large one. */
-        sc->jit_stack = pcre2_jit_stack_create(64 * 1024, 256 * 1024 * 1024, NULL);
-        sc->match_ctx = pcre2_match_context_create(NULL);
-        if (!sc->jit_stack || !sc->match_ctx) return mu_fail(MUSER_ENOMEM, "out of memory for regex matching");
-        pcre2_jit_stack_assign(sc->match_ctx, NULL, sc->jit_stack);
-        rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, 0, md, sc->match_ctx);
+        ps->jit_stack = pcre2_jit_stack_create(64 * 1024, 256 * 1024 * 1024, NULL);
+        ps->match_ctx = pcre2_match_context_create(NULL);
+        if (!ps->jit_stack || !ps->match_ctx) return mu_fail(MUSER_ENOMEM, "out of memory for regex matching");
+        pcre2_jit_stack_assign(ps->match_ctx, NULL, ps->jit_stack);
+        rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, 0, md, ps->match_ctx);
     }
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc < 0) {
@@ -195,14 +193,14 @@ static int find_match(const struct mu_vocab *v, int level, const char *s, size_t
     return 1;
 }
 
-static int split_level(const struct mu_vocab *v, int level, const char *s, size_t n, mu_tok_scratch *sc,
-                       mu_tok_out *out) {
+static int split_level(const struct mu_vocab *v, int level, const char *s, size_t n, mu_pretok_scratch *ps,
+                       mu_tok_scratch *sc, mu_tok_out *out) {
     if (n == 0) return 0;
     if (level == v->n_regex) return mu_bpe_piece(v, s, n, sc, out);
     size_t pos = 0;
     while (pos < n) {
         size_t m0, m1;
-        int rc = find_match(v, level, s, n, pos, sc, &m0, &m1);
+        int rc = find_match(v, level, s, n, pos, ps, &m0, &m1);
         if (rc < 0) return rc;
         if (rc == 0) break;
         if (m1 == m0) {
@@ -210,18 +208,19 @@ static int split_level(const struct mu_vocab *v, int level, const char *s, size_
             if (m0 >= n) break;
             size_t next = m0 + 1;
             while (next < n && ((uint8_t)s[next] & 0xC0) == 0x80) next++;
-            rc = split_level(v, level + 1, s + pos, next - pos, sc, out);
+            rc = split_level(v, level + 1, s + pos, next - pos, ps, sc, out);
             if (rc) return rc;
             pos = next;
             continue;
         }
-        if (m0 > pos && (rc = split_level(v, level + 1, s + pos, m0 - pos, sc, out))) return rc;
-        if ((rc = split_level(v, level + 1, s + m0, m1 - m0, sc, out))) return rc;
+        if (m0 > pos && (rc = split_level(v, level + 1, s + pos, m0 - pos, ps, sc, out))) return rc;
+        if ((rc = split_level(v, level + 1, s + m0, m1 - m0, ps, sc, out))) return rc;
         pos = m1;
     }
-    return split_level(v, level + 1, s + pos, n - pos, sc, out);
+    return split_level(v, level + 1, s + pos, n - pos, ps, sc, out);
 }
 
-int mu_bpe_fragment(const struct mu_vocab *v, const char *s, size_t n, mu_tok_scratch *sc, mu_tok_out *out) {
-    return split_level(v, 0, s, n, sc, out);
+int mu_pretok_fragment(const struct mu_vocab *v, const char *s, size_t n, mu_pretok_scratch *ps, mu_tok_scratch *sc,
+                       mu_tok_out *out) {
+    return split_level(v, 0, s, n, ps, sc, out);
 }

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/vocab_internal.h"
+#include "text/special.h"
 #include "util/error.h"
 
 static bool is_special(uint16_t attr) {

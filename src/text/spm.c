@@ -13,9 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/spm.h"
+
 #include "text/pair_heap.h"
 #include "text/utf8.h"
-#include "text/vocab_internal.h"
 #include "util/error.h"
 
 typedef struct spm_symbol {

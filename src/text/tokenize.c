@@ -3,19 +3,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "text/vocab_internal.h"
+#include "text/pretokenize.h"
+#include "text/special.h"
+#include "text/spm.h"
+#include "text/tok_buffers.h"
 #include "util/error.h"
-
-int mu_tok_grow(void **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 4096;
-    while (c < need) c *= 2;
-    void *p = realloc(*buf, c);
-    if (!p) return mu_fail(MUSER_ENOMEM, "out of memory tokenizing");
-    *buf = p;
-    *cap = c;
-    return 0;
-}
 
 int mu_vocab_tokenize(const struct mu_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
                       int32_t *ids, int cap) {
@@ -35,6 +27,7 @@ int mu_vocab_tokenize(const struct mu_vocab *v, const char *text, size_t len, bo
     int n_frag = mu_special_partition(v, text, len, parse_special, &frags);
     if (n_frag < 0) return n_frag;
     mu_tok_scratch scratch = {0};
+    mu_pretok_scratch pretok = {0};
     /* The piece cache pays for its 0.4 MB only on long texts. */
     if (v->kind == MU_VOCAB_BPE && len >= 16384) scratch.cache = calloc(1, sizeof *scratch.cache);
     int rc = 0;
@@ -51,9 +44,10 @@ int mu_vocab_tokenize(const struct mu_vocab *v, const char *text, size_t len, bo
         if (v->kind == MU_VOCAB_SPM)
             rc = mu_spm_fragment(v, text + f->off, f->len, v->add_space_prefix && after_special, &scratch, &out);
         else
-            rc = mu_bpe_fragment(v, text + f->off, f->len, &scratch, &out);
+            rc = mu_pretok_fragment(v, text + f->off, f->len, &pretok, &scratch, &out);
         after_special = false;
     }
+    mu_pretok_scratch_free(&pretok);
     mu_tok_scratch_free(&scratch);
     free(frags);
     return rc ? rc : out.n;

@@ -25,6 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/bpe.h"
+#include "text/pretokenize.h"
+#include "text/special.h"
 #include "text/utf8.h"
 #include "text/vocab_internal.h"
 #include "util/error.h"

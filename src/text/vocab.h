@@ -9,6 +9,20 @@
  *           fallback.
  * Semantics follow llama.cpp (src/llama-vocab.cpp) except where a comment
  * says otherwise (each deviation is commented where it happens).
+ *
+ * The files, lowest first; each calls only files listed before it:
+ *   utf8, hashmap, pair_heap.h  leaves
+ *   tok_buffers   one tokenization's output ids, scratch and piece cache
+ *   vocab_internal.h  the vocabulary's layout (data only)
+ *   special       special tokens: the trie, the partition of a text
+ *   spm           SentencePiece bigram merging of a fragment
+ *   bpe           the merge table (built from the merges) and the merge loop
+ *   pretokenize   the regex pre-tokenizers; every piece goes to bpe
+ *   tokenize      mu_vocab_tokenize: partition, then spm, or pretokenize
+ *   vocab         loading: reads the metadata and calls the algorithms'
+ *                 constructors (mu_bpe_load_merges, mu_pretok_compile,
+ *                 mu_special_build); no algorithm calls into it
+ *   detok         the text functions of muser.h
  */
 #ifndef MU_VOCAB_H
 #define MU_VOCAB_H
