@@ -92,6 +92,8 @@ static int get_int(const cJSON *obj, const char *key, double lo, double hi, doub
     const cJSON *v = field(obj, key);
     if (!v) return 0;
     if (!is_integer(v)) return srv_bad_param(e, key, "'%s' must be an integer", key);
+    if (v->valuedouble < lo || v->valuedouble > hi) /* (integers printed whole, not as 2.14748e+09) */
+        return srv_bad_param(e, key, "'%s' is %.0f; it must be between %.0f and %.0f", key, v->valuedouble, lo, hi);
     return get_number(obj, key, lo, hi, out, given, e);
 }
 

@@ -309,6 +309,7 @@ static void next_token(srv_sched *s, srv_slot *sl) {
         return;
     }
     sl->generated++;
+    atomic_store(&sl->job->generated, sl->generated);
     chat_buf sse = {0};
     bool stopped = srv_output_push(&sl->output, muser_detok_push(sl->detok, t), &sse);
     if (sse.len) deliver(sl->job, &sse, false, 0);

@@ -30,6 +30,7 @@ typedef struct srv_config {
     size_t max_body;        /* larger request bodies get 413                      */
     const char *api_key;    /* NULL: no authentication                            */
     bool test_hooks;        /* accept the "muser_test_script" request field       */
+    bool quiet;             /* no log line per request on stderr                 */
 } srv_config;
 
 typedef struct srv_server srv_server;

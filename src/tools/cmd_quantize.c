@@ -13,6 +13,7 @@
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 typedef struct convert_job {
     const gguf_tensor *t;
@@ -134,6 +135,9 @@ int cmd_quantize(int argc, char **argv) {
     if (!pool || !buf || !scratch) goto fail;
     if (gguf_writer_begin(w, fp) != 0) goto fail;
     const double t0 = mu_now_seconds();
+    mu_progress bar;
+    mu_progress_begin(&bar, stderr, "quantize", gguf_writer_total_bytes(w));
+    uint64_t done = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         const int64_t rows = (int64_t)(t->n_elements / (uint64_t)t->ne[0]);
@@ -145,10 +149,13 @@ int cmd_quantize(int argc, char **argv) {
             mu_pool_run(pool, convert_worker, &j);
             if (j.failed) goto fail;
             if (gguf_writer_write_data(w, buf, (uint64_t)j.nrows * orb) != 0) goto fail;
+            done += (uint64_t)j.nrows * orb;
+            mu_progress_update(&bar, done);
         }
         if (gguf_writer_end_tensor(w) != 0) goto fail;
     }
     if (gguf_writer_finish(w) != 0) goto fail;
+    mu_progress_end(&bar);
     if (fclose(fp) != 0) {
         fp = NULL;
         goto fail;

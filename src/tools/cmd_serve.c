@@ -29,6 +29,8 @@ static void usage(FILE *out) {
             "  --api-key KEY      require 'Authorization: Bearer KEY' (all but /health and /metrics)\n"
             "  --alias NAME       the model's id in /v1/models and responses (default: the file name)\n"
             "  --checkpoints N    ring checkpoints per slot for prompt caching (default 4)\n"
+            "  -q, --quiet        no log line per request (default: one on stderr: method, path, status,\n"
+            "                     prompt and completion tokens, milliseconds)\n"
             "  --test-hooks       TESTS ONLY: accept the request field \"muser_test_script\" (text whose tokens\n"
             "                     replace sampling, run through the real pipeline); off by default\n"
             "Without -m the bundled model is served (completions and tokenization only). The sampling\n"
@@ -73,6 +75,8 @@ int cmd_serve(int argc, char **argv) {
             if (!mu_arg_str(&a, &alias)) return 2;
         } else if (mu_arg_is(&a, NULL, "--checkpoints")) {
             if (!mu_arg_int(&a, 0, 64, &cfg.n_checkpoints)) return 2;
+        } else if (mu_arg_is(&a, "-q", "--quiet")) {
+            cfg.quiet = true;
         } else if (mu_arg_is(&a, NULL, "--test-hooks")) {
             cfg.test_hooks = true;
         } else if (!mu_gen_option(&a, &o)) {

@@ -8,7 +8,7 @@
  *
  * Small presets quantize f32 weights properly; the 30b preset writes random
  * valid blocks directly (no quantization search), in parallel, streaming to
- * disk with a progress bar, so Meta's 17 GB mix takes minutes.
+ * disk, so Meta's 17 GB mix takes minutes (with a progress line).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +24,7 @@
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 typedef struct preset {
     const char *name;
@@ -227,17 +228,6 @@ static void synth_worker(void *ctx, int ith, int nth) {
     }
 }
 
-static void progress(uint64_t done, uint64_t total, double t0, bool force) {
-    static double last;
-    double now = mu_now_seconds();
-    if (!force && now - last < 0.5) return;
-    last = now;
-    double rate = done / (now - t0 + 1e-9) / 1e6;
-    fprintf(stderr, "\rsynth: %.2f / %.2f GB (%3.0f%%) %6.0f MB/s", done / 1e9, total / 1e9,
-            total ? 100.0 * done / total : 100.0, rate);
-    if (force) fputc('\n', stderr);
-}
-
 static void usage(FILE *out) {
     fprintf(out, "usage: muser synth --preset nano|micro|30b [--layers N] [--ctx N] [--mix f32|f16|q8_0|q4_k_m|q6_k|meta-17gb]\n"
                  "                   [--seed S] [--vocab VOCAB.gguf] [-t THREADS] -o FILE\n"
@@ -405,6 +395,8 @@ int cmd_synth(int argc, char **argv) {
     scratch = malloc(sizeof(float) * (size_t)mu_pool_size(pool) * (size_t)widest);
     const double t0 = mu_now_seconds();
     uint64_t done = 0;
+    mu_progress bar;
+    mu_progress_begin(&bar, stderr, "synth", total);
     for (int i = 0; i < n_plan; i++) {
         const tensor_plan *t = &plan[i];
         const uint64_t rb = mu_row_bytes(t->type, t->ne[0]);
@@ -416,12 +408,12 @@ int cmd_synth(int argc, char **argv) {
             mu_pool_run(pool, synth_worker, &j);
             if (gguf_writer_write_data(w, buf, (uint64_t)nr * rb) != 0) goto fail;
             done += (uint64_t)nr * rb;
-            if (big) progress(done, total, t0, false);
+            mu_progress_update(&bar, done);
         }
         if (gguf_writer_end_tensor(w) != 0) goto fail;
     }
     if (gguf_writer_finish(w) != 0) goto fail;
-    if (big) progress(total, total, t0, true);
+    mu_progress_end(&bar);
     if (fclose(fp) != 0) {
         fp = NULL;
         goto fail;

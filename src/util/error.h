@@ -24,5 +24,6 @@ void mu_clear_error(void);
 void mu_warn(const char *fmt, ...) MU_PRINTF(1, 2);
 void mu_info(const char *fmt, ...) MU_PRINTF(1, 2);
 void mu_set_quiet(int quiet);
+int mu_is_quiet(void);
 
 #endif
