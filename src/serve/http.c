@@ -623,6 +623,7 @@ int srv_server_start(const srv_config *cfg, srv_server **out) {
     muser_model_info info;
     muser_model_get_info(cfg->model, &info);
     srv->parse_opts.defaults = cfg->sampling;
+    srv->parse_opts.seed_fixed = cfg->seed_fixed;
     srv->parse_opts.chat_format = strcmp(info.arch, "muse-glimmer") == 0;
     srv->parse_opts.test_hooks = cfg->test_hooks;
 

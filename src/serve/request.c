@@ -176,6 +176,7 @@ static int parse_common(const cJSON *root, const srv_parse_opts *o, srv_request 
     if (get_int(root, "repeat_last_n", 0, 65536, &x, NULL, e)) return -1;
     p->repeat_last_n = (int)x;
     x = 0;
+    r->seed_given = o->seed_fixed;
     if (get_int(root, "seed", -9007199254740991.0, 9007199254740991.0, &x, &given, e)) return -1;
     if (given) {
         p->seed = (uint64_t)(int64_t)x;

@@ -455,9 +455,12 @@ describe('a llama model without the chat format', () => {
     await postRaw(srv.url, '/nowhere', '{}');
     await logged(srv, /muser serve: POST \/nowhere 404, \d+ ms\n/);
 
-    const quiet = await startServer(['--parallel', '1', '--quiet'], { model: process.env.MUSER_LLAMA_MODEL });
+    // --seed makes requests without a seed repeatable (without it each draws its own)
+    const quiet = await startServer(['--parallel', '1', '--quiet', '--seed', '5'], { model: process.env.MUSER_LLAMA_MODEL });
     await getJson(quiet.url, '/health');
-    await quiet.client().completions.create({ prompt: 'Once', max_tokens: 2 });
+    const ask = () => quiet.client().completions.create({ prompt: 'Once', max_tokens: 24, temperature: 1.5 });
+    const [a, b] = [await ask(), await ask()];
+    assert.equal(a.choices[0].text, b.choices[0].text);
     await quiet.stop();
     assert.doesNotMatch(quiet.log(), /GET|POST/);
   });
