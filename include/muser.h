@@ -242,6 +242,9 @@ typedef struct muser_sampler muser_sampler;
 /* Defaults: the model's known card (Muse Glimmer: T 1.0, top-p 0.95,
  * top-k 64), else T 0.8, top-p 0.95, top-k 40. model may be NULL. */
 muser_sampler_params muser_sampler_default_params(const muser_model *model);
+/* A fresh random seed from the system's entropy, below 2^32 (short to print
+ * and retype): for runs that differ each time yet can be repeated. */
+uint64_t muser_seed_random(void);
 muser_sampler *muser_sampler_new(const muser_sampler_params *p, int n_vocab);
 void muser_sampler_free(muser_sampler *s);
 /* Chooses a token from logits (not modified) and remembers it for the

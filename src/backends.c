@@ -3,6 +3,8 @@
  * machine), then handed to the engine's session. */
 #include "backends.h"
 
+#include <stdatomic.h>
+
 #include "cpu/pool.h"
 #include "util/error.h"
 
@@ -39,7 +41,10 @@ static int open_backend(const mu_model *m, const muser_session_params *p, mu_ses
     *kind = MUSER_BACKEND_CUDA;
     int rc = open_kind(MUSER_BACKEND_CUDA, p->lane, m, cfg, out);
     if (rc == 0 || p->gpus > 0) return rc; /* asked for GPUs by count: the CUDA backend's error stands */
-    mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
+    { /* said once per process, not once per session (serve opens one per slot) */
+        static atomic_flag said = ATOMIC_FLAG_INIT;
+        if (!atomic_flag_test_and_set(&said)) mu_info("no usable GPU (%s); running on the CPU", muser_last_error());
+    }
 #else
     if (p->gpus > 0) return mu_fail(MUSER_EUNSUPPORTED, "--gpus %d: this build has no CUDA backend", p->gpus);
 #endif

@@ -86,6 +86,12 @@ static void test_chat_errors(void) {
     expect_chat_error(WITH("\"top_k\":1.5"), 400, "top_k");
     expect_chat_error(WITH("\"max_tokens\":0"), 400, "max_tokens");
     expect_chat_error(WITH("\"max_tokens\":\"5\""), 400, "max_tokens");
+    { /* integer ranges read as integers, not 2.14748e+09 */
+        srv_request r;
+        srv_error e;
+        CHECK(chat(WITH("\"max_tokens\":3000000000"), &r, &e) != 0);
+        CHECKF(strstr(e.message, "is 3000000000; it must be between 1 and 2147483647"), "%s", e.message);
+    }
     expect_chat_error(WITH("\"stream\":1"), 400, "stream");
     expect_chat_error(WITH("\"stream_options\":true"), 400, "stream_options");
     expect_chat_error(WITH("\"stop\":5"), 400, "stop");

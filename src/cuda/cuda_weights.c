@@ -15,6 +15,7 @@
 #include "cuda/cuda_internal.h"
 #include "quant/quant.h"
 #include "util/clock.h"
+#include "util/progress.h"
 
 #define STAGE_BYTES (64u << 20) /* each of the upload's two pinned stages */
 
@@ -118,18 +119,8 @@ typedef struct uploader {
     cudaEvent_t ev[2];
     int turn;
     uint64_t done, total;
-    double t0, last;
-    bool show;
+    mu_progress bar;
 } uploader;
-
-static void upload_progress(uploader *u, bool final) {
-    double now = mu_now_seconds();
-    if (!u->show || (!final && now - u->last < 0.25)) return;
-    u->last = now;
-    fprintf(stderr, "\rcuda: uploading weights %6.2f / %.2f GB (%3.0f%%) %6.2f GB/s", u->done / 1e9, u->total / 1e9,
-            u->total ? 100.0 * u->done / u->total : 100.0, u->done / 1e9 / (now - u->t0 + 1e-9));
-    if (final) fputc('\n', stderr);
-}
 
 /* Reads bytes of the mapped file into a pinned buffer: pread when the file
  * can be opened (no page faults on the mapping), else a memcpy. */
@@ -178,7 +169,7 @@ static int upload_one(uploader *u, const mu_weight *w, const mu_cu_weight *dw) {
         }
         CU_CHECK(cudaEventRecord(u->ev[k], s));
         u->done += (uint64_t)nr * slice;
-        upload_progress(u, false);
+        mu_progress_update(&u->bar, u->done);
     }
     return 0;
 }
@@ -222,14 +213,14 @@ static int upload_weights(cuda_backend *b, cu_weights *w) {
     u.fd = open(m->file->path, O_RDONLY);
     u.file_base = m->file->base;
     u.total = file_bytes;
-    u.show = file_bytes >= (256u << 20) && !getenv("MUSER_QUIET");
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
         if (cudaHostAlloc((void **)&u.pin[k], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
             cudaMalloc(&u.dstage[k], STAGE_BYTES) != cudaSuccess || cudaEventCreate(&u.ev[k]) != cudaSuccess)
             rc = mu_fail(MUSER_EBACKEND, "cannot allocate the upload staging buffers");
     }
-    u.t0 = mu_now_seconds();
+    mu_progress_begin(&u.bar, stderr, "cuda: uploading weights", file_bytes);
+    const double t0 = mu_now_seconds();
     if (!rc) rc = upload_one(&u, &m->tok_embd, &w->tok_embd);
     if (!rc) rc = upload_one(&u, &m->output, &w->output);
     for (int l = 0; l < hp->n_layer && !rc; l++) {
@@ -241,8 +232,8 @@ static int upload_weights(cuda_backend *b, cu_weights *w) {
     }
     if (!rc && cudaStreamSynchronize(b->exec.stream) != cudaSuccess)
         rc = mu_fail(MUSER_EBACKEND, "weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
-    double secs = mu_now_seconds() - u.t0;
-    upload_progress(&u, true);
+    const double secs = mu_now_seconds() - t0;
+    mu_progress_end(&u.bar);
     for (int k = 0; k < 2; k++) {
         if (u.pin[k]) cudaFreeHost(u.pin[k]);
         if (u.dstage[k]) cudaFree(u.dstage[k]);

@@ -2,6 +2,7 @@
  * sessions around a backend opened above (backends.c), and feeding tokens
  * in chunks of n_batch. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,8 +199,8 @@ int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool 
         if (tokens[i] < 0 || tokens[i] >= V)
             return mu_fail(MUSER_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, V);
     if ((int64_t)s->pos + n > s->cfg.n_ctx)
-        return mu_fail(MUSER_ECONTEXT, "context is full: %d tokens held + %d new > context size %d", s->pos, n,
-                       s->cfg.n_ctx);
+        return mu_fail(MUSER_ECONTEXT, "context is full: %d token%s held + %d new > context size %d", s->pos,
+                       mu_plural_s(s->pos), n, s->cfg.n_ctx);
     int rows = all_logits ? n : 1;
     if (rows > s->logit_cap) {
         float *l = realloc(s->logits, (size_t)rows * (size_t)V * sizeof(float));
@@ -257,7 +258,8 @@ int mu_session_decode_select(muser_session *s, muser_token token, float temperat
     }
     if (token < 0 || token >= V) return mu_fail(MUSER_ERANGE, "token id %d is outside the vocabulary [0, %d)", token, V);
     if ((int64_t)s->pos + 1 > s->cfg.n_ctx)
-        return mu_fail(MUSER_ECONTEXT, "context is full: %d tokens held + 1 new > context size %d", s->pos, s->cfg.n_ctx);
+        return mu_fail(MUSER_ECONTEXT, "context is full: %d token%s held + 1 new > context size %d", s->pos,
+                       mu_plural_s(s->pos), s->cfg.n_ctx);
     if (keep_logits && s->logit_cap < 1) {
         float *l = realloc(s->logits, (size_t)V * sizeof(float));
         if (!l) return mu_fail(MUSER_ENOMEM, "out of memory for logits");

@@ -49,7 +49,7 @@ static int fail_at(const cursor *c, uint64_t at, const char *field, const char *
 static int need(const cursor *c, uint64_t n, const char *field) {
     if (n > c->f->size - c->pos) {
         char what[128];
-        snprintf(what, sizeof what, "needs %llu bytes but the file ends after %llu",
+        snprintf(what, sizeof what, "needs %llu bytes but the file ends after %llu: the file is truncated",
                  (unsigned long long)n, (unsigned long long)(c->f->size - c->pos));
         return fail_at(c, c->pos, field, what);
     }
@@ -73,7 +73,7 @@ static int read_str(cursor *c, gguf_str *s, const char *field) {
     if (rc) return rc;
     if (len > c->f->size - c->pos) {
         char what[128];
-        snprintf(what, sizeof what, "string length %llu exceeds the %llu bytes left",
+        snprintf(what, sizeof what, "string length %llu exceeds the %llu bytes left: truncated or corrupt",
                  (unsigned long long)len, (unsigned long long)(c->f->size - c->pos));
         return fail_at(c, at, field, what);
     }
@@ -158,7 +158,8 @@ static int read_kv(cursor *c, gguf_kv *kv, uint64_t index) {
     if (kv->arr_type == GGUF_TYPE_STRING) {
         /* Each element takes at least 8 bytes: bound the count before allocating. */
         if (kv->arr_count > (c->f->size - c->pos) / 8) {
-            return fail_at(c, arr_at, field, "string array count exceeds what the file could hold");
+            return fail_at(c, arr_at, field,
+                           "string array count exceeds what the file could hold: truncated or corrupt");
         }
         kv->arr_strs = calloc(kv->arr_count ? kv->arr_count : 1, sizeof(gguf_str));
         if (!kv->arr_strs) return mu_fail(MUSER_ENOMEM, "%s: out of memory reading '%s'", c->f->path, keybuf);
@@ -169,7 +170,7 @@ static int read_kv(cursor *c, gguf_kv *kv, uint64_t index) {
     }
     size_t es = value_type_size(kv->arr_type);
     if (kv->arr_count > (c->f->size - c->pos) / es) {
-        return fail_at(c, arr_at, field, "array count exceeds what the file could hold");
+        return fail_at(c, arr_at, field, "array count exceeds what the file could hold: truncated or corrupt");
     }
     kv->arr_data = c->f->base + c->pos;
     if (kv->arr_type == GGUF_TYPE_BOOL) {
@@ -267,8 +268,9 @@ static int parse(gguf_file *f) {
     if ((rc = read_u64(&c, &n_tensors, "tensor count"))) return rc;
     if ((rc = read_u64(&c, &n_kv, "metadata count"))) return rc;
     /* A kv takes >= 12 bytes and a tensor info >= 24: bound counts by size. */
-    if (n_kv > f->size / 12) return fail_at(&c, 16, "metadata count", "larger than the file could hold");
-    if (n_tensors > f->size / 24) return fail_at(&c, 8, "tensor count", "larger than the file could hold");
+    static const char *const too_large = "larger than the file could hold: truncated or corrupt";
+    if (n_kv > f->size / 12) return fail_at(&c, 16, "metadata count", too_large);
+    if (n_tensors > f->size / 24) return fail_at(&c, 8, "tensor count", too_large);
 
     f->kv = calloc(n_kv ? n_kv : 1, sizeof(gguf_kv));
     f->tensors = calloc(n_tensors ? n_tensors : 1, sizeof(gguf_tensor));
@@ -332,7 +334,7 @@ static int parse(gguf_file *f) {
     uint64_t data = c.pos;
     if (data % f->alignment) data += f->alignment - data % f->alignment;
     if (n_tensors > 0 && data > f->size)
-        return fail_at(&c, c.pos, "data section", "the file ends before its data section");
+        return fail_at(&c, c.pos, "data section", "the file ends before its data section: truncated");
     f->data_offset = data;
     uint64_t data_size = f->size > data ? f->size - data : 0;
 
@@ -344,7 +346,8 @@ static int parse(gguf_file *f) {
         if (t->offset % f->alignment) return fail_at(&c, off_at, field, "not aligned to general.alignment");
         if (t->offset > data_size || t->n_bytes > data_size - t->offset) {
             char what[200];
-            snprintf(what, sizeof what, "tensor bytes [%llu, +%llu) lie outside the %llu-byte data section",
+            snprintf(what, sizeof what,
+                     "tensor bytes [%llu, +%llu) lie outside the %llu-byte data section: truncated or corrupt",
                      (unsigned long long)t->offset, (unsigned long long)t->n_bytes,
                      (unsigned long long)data_size);
             return fail_at(&c, off_at, field, what);
@@ -385,8 +388,13 @@ int gguf_open(const char *path, gguf_file **out) {
     if (fd < 0) return mu_fail(MUSER_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const int e = errno;
+        const bool known = fstat(fd, &st) == 0;
         close(fd);
-        return mu_fail(MUSER_EIO, "%s: not a regular file", path);
+        return mu_fail(MUSER_EIO, "%s: %s", path,
+                       !known                 ? strerror(e)
+                       : S_ISDIR(st.st_mode) ? "is a directory, not a GGUF file"
+                                              : "not a regular file");
     }
     gguf_file *f = calloc(1, sizeof *f);
     if (!f) {

@@ -57,7 +57,9 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
-uint32_t mu_mix_tensor_type(mu_mix mix, const char *name, int n_dims, int64_t row_len, int n_layer) {
+uint32_t mu_mix_tensor_type(mu_mix mix, const char *name, int n_dims, int64_t row_len, int n_layer,
+                            uint32_t *wanted) {
+    if (wanted) *wanted = MU_TYPE_F32;
     if (n_dims < 2) return MU_TYPE_F32;
     uint32_t t = base_type(mix);
     int layer = -1;
@@ -75,6 +77,7 @@ uint32_t mu_mix_tensor_type(mu_mix mix, const char *name, int n_dims, int64_t ro
         else if (layer >= 0 && ends_with(name, ".ffn_down.weight")) t = layer < n_layer / 16 ? MU_TYPE_Q5_K : MU_TYPE_Q4_K;
         else if (layer >= 0 && ends_with(name, ".attn_output.weight")) t = MU_TYPE_Q4_K;
     }
+    if (wanted) *wanted = t;
     const mu_type_traits *tr = mu_type_get(t);
     if (row_len % tr->block_elems) t = row_len % 32 == 0 ? MU_TYPE_Q8_0 : MU_TYPE_F16;
     if (t == MU_TYPE_F16 && (mix == MU_MIX_F32)) t = MU_TYPE_F32;

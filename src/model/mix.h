@@ -39,7 +39,9 @@ int mu_mix_more_bits(int layer, int n_layer);
 
 /* Type of a tensor (by GGUF name) under a mix. 1-D tensors (norms) stay
  * F32. Row lengths that are not a multiple of the chosen block fall back to
- * Q8_0 (multiple of 32) or F16. */
-uint32_t mu_mix_tensor_type(mu_mix mix, const char *name, int n_dims, int64_t row_len, int n_layer);
+ * Q8_0 (multiple of 32) or F16 (F32 in the f32 mix); *wanted (may be NULL)
+ * receives the type the rule chose, so callers can say what fell back. */
+uint32_t mu_mix_tensor_type(mu_mix mix, const char *name, int n_dims, int64_t row_len, int n_layer,
+                            uint32_t *wanted);
 
 #endif

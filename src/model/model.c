@@ -384,3 +384,12 @@ uint64_t mu_model_kv_bytes_per_token(const mu_model *m, int64_t pos, int kv_elem
     for (int l = 0; l < hp->n_layer; l++) b += row * (uint64_t)mu_layer_visible(hp, &m->layers[l], pos);
     return b;
 }
+
+int mu_model_report_depths(const mu_model *m, int64_t out[MU_MODEL_DEPTHS_MAX]) {
+    static const int64_t standard[] = {0, 512, 2048, 8192, 32768, 131072};
+    const int64_t ctx = m->hp.n_ctx_train;
+    int n = 0;
+    for (size_t i = 0; i < sizeof standard / sizeof standard[0] && standard[i] < ctx; i++) out[n++] = standard[i];
+    if (ctx - 1 > out[n - 1] && ctx <= standard[sizeof standard / sizeof standard[0] - 1]) out[n++] = ctx - 1;
+    return n;
+}

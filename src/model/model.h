@@ -98,6 +98,12 @@ uint64_t mu_model_weight_bytes_per_token(const mu_model *m);
  * cache element size of kv_elem_bytes (2 for F16, 4 for F32). */
 uint64_t mu_model_kv_bytes_per_token(const mu_model *m, int64_t pos, int kv_elem_bytes);
 
+/* The KV depths reports show (bench's default, inspect's table): those of
+ * 0, 512, 2K, 8K, 32K, 128K inside the model's context, then its last
+ * position (context - 1) up to a context of 128K. Returns the count. */
+#define MU_MODEL_DEPTHS_MAX 7
+int mu_model_report_depths(const mu_model *m, int64_t out[MU_MODEL_DEPTHS_MAX]);
+
 /* Rows of the K (and V) plane of a layer that a token at pos can see. */
 static inline int64_t mu_layer_visible(const mu_hparams *hp, const mu_layer *l, int64_t pos) {
     int64_t n = pos + 1;

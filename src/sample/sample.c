@@ -7,6 +7,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "muser.h"
@@ -55,6 +57,15 @@ muser_sampler_params muser_sampler_default_params(const muser_model *model) {
         p.temperature = 1.0f, p.top_k = 64, p.top_p = 0.95f, p.min_p = 0.0f;
     }
     return p;
+}
+
+uint64_t muser_seed_random(void) {
+    uint32_t v;
+    if (getentropy(&v, sizeof v) == 0) return v;
+    struct timespec ts; /* no entropy source: the clock, mixed */
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid();
+    return splitmix(&x) >> 32;
 }
 
 void muser_sampler_reset(muser_sampler *s) {

@@ -41,11 +41,32 @@ struct srv_server {
     atomic_int in_flight; /* requests between their first byte and their last */
 };
 
+/* What the request log line names. */
+typedef struct req_log {
+    char method[8], path[96];
+    double t0;                     /* monotonic seconds at the headers */
+    int prompt_tokens, completion_tokens; /* -1: not a generation  */
+} req_log;
+
 /* One request's state across the handler calls. */
 typedef struct conn_req {
     mu_buf body;
     bool too_large;
+    bool streamed; /* the stream's end logs the request, not on_completed */
+    req_log log;
 } conn_req;
+
+/* One line per request on stderr unless --quiet: method, path, status,
+ * tokens in and out, milliseconds. */
+static void log_request(const srv_server *srv, const req_log *l, int status, const char *note) {
+    if (srv->cfg.quiet) return;
+    const double ms = 1e3 * (mu_now_seconds() - l->t0);
+    if (l->prompt_tokens >= 0)
+        fprintf(stderr, "muser serve: %s %s %d, %d prompt + %d completion tokens, %.0f ms%s\n", l->method, l->path,
+                status, l->prompt_tokens, l->completion_tokens, ms, note);
+    else
+        fprintf(stderr, "muser serve: %s %s %d, %.0f ms%s\n", l->method, l->path, status, ms, note);
+}
 
 /* ---- replies ----------------------------------------------------------------------- */
 
@@ -120,6 +141,7 @@ typedef struct stream_ctx {
     srv_job *job;
     size_t taken; /* bytes of job->out already sent */
     int fd;
+    req_log log;  /* (the request's own state is gone when the stream ends) */
 } stream_ctx;
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -151,6 +173,8 @@ static void stream_free(void *cls) {
     bool done = sc->job->done;
     pthread_mutex_unlock(&sc->job->mu);
     if (!done) srv_sched_cancel(sc->srv->sched, sc->job);
+    sc->log.completion_tokens = atomic_load(&sc->job->generated);
+    log_request(sc->srv, &sc->log, 200, done ? "" : " (stopped: the client went away)");
     srv_job_release(sc->job);
     free(sc);
 }
@@ -189,6 +213,7 @@ static enum MHD_Result handle_generation(srv_server *srv, struct MHD_Connection 
         return send_error(srv, c, &e);
     }
     int fd = connection_fd(c);
+    cr->log.prompt_tokens = n_prompt;
     if (j->req.stream) {
         stream_ctx *sc = calloc(1, sizeof *sc);
         struct MHD_Response *resp =
@@ -199,7 +224,8 @@ static enum MHD_Result handle_generation(srv_server *srv, struct MHD_Connection 
             srv_job_release(j);
             return MHD_NO;
         }
-        *sc = (stream_ctx){srv, j, 0, fd};
+        *sc = (stream_ctx){srv, j, 0, fd, cr->log};
+        cr->streamed = true;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
@@ -218,6 +244,7 @@ static enum MHD_Result handle_generation(srv_server *srv, struct MHD_Connection 
     mu_buf out = j->out;
     memset(&j->out, 0, sizeof j->out);
     int status = j->status;
+    cr->log.completion_tokens = atomic_load(&j->generated);
     pthread_mutex_unlock(&j->mu);
     srv_job_release(j);
     return send_json(c, status, &out);
@@ -538,6 +565,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cr) return MHD_NO;
         *req_cls = cr;
         atomic_fetch_add(&srv->in_flight, 1);
+        snprintf(cr->log.method, sizeof cr->log.method, "%s", method);
+        snprintf(cr->log.path, sizeof cr->log.path, "%s", url);
+        cr->log.t0 = mu_now_seconds();
+        cr->log.prompt_tokens = -1;
         const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (len && strtoull(len, NULL, 10) > srv->cfg.max_body) cr->too_large = true;
         return MHD_YES;
@@ -561,10 +592,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c, (void)toe;
     srv_server *srv = cls;
     conn_req *cr = *req_cls;
     if (!cr) return;
+    if (!cr->streamed) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        log_request(srv, &cr->log, ci ? (int)ci->http_status : 0,
+                    toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (not delivered: the connection ended)");
+    }
     atomic_fetch_sub(&srv->in_flight, 1);
     mu_buf_free(&cr->body);
     free(cr);
@@ -583,6 +618,7 @@ int srv_server_start(const srv_config *cfg, srv_server **out) {
     muser_model_info info;
     muser_model_get_info(cfg->model, &info);
     srv->parse_opts.defaults = cfg->sampling;
+    srv->parse_opts.seed_fixed = cfg->seed_fixed;
     srv->parse_opts.chat_format = strcmp(info.arch, "muse-glimmer") == 0;
     srv->parse_opts.test_hooks = cfg->test_hooks;
 

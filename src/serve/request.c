@@ -92,6 +92,8 @@ static int get_int(const cJSON *obj, const char *key, double lo, double hi, doub
     const cJSON *v = field(obj, key);
     if (!v) return 0;
     if (!is_integer(v)) return srv_bad_param(e, key, "'%s' must be an integer", key);
+    if (v->valuedouble < lo || v->valuedouble > hi) /* (integers printed whole, not as 2.14748e+09) */
+        return srv_bad_param(e, key, "'%s' is %.0f; it must be between %.0f and %.0f", key, v->valuedouble, lo, hi);
     return get_number(obj, key, lo, hi, out, given, e);
 }
 
@@ -174,6 +176,7 @@ static int parse_common(const cJSON *root, const srv_parse_opts *o, srv_request 
     if (get_int(root, "repeat_last_n", 0, 65536, &x, NULL, e)) return -1;
     p->repeat_last_n = (int)x;
     x = 0;
+    r->seed_given = o->seed_fixed;
     if (get_int(root, "seed", -9007199254740991.0, 9007199254740991.0, &x, &given, e)) return -1;
     if (given) {
         p->seed = (uint64_t)(int64_t)x;

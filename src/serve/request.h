@@ -61,6 +61,7 @@ typedef struct srv_request {
 
 typedef struct srv_parse_opts {
     muser_sampler_params defaults; /* the model's sampling defaults          */
+    bool seed_fixed;               /* defaults.seed serves requests without a seed (else random each) */
     bool chat_format;              /* the model speaks the Muse Glimmer chat format */
     bool test_hooks;               /* accept "muser_test_script"              */
     const char *current_date;      /* YYYY-MM-DD for the template; NULL: today */

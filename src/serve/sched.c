@@ -137,8 +137,8 @@ bool srv_sched_submit(srv_sched *s, srv_job *j, srv_error *e) {
         int queued = s->queued;
         pthread_mutex_unlock(&s->mu);
         srv_fail(e, 429, "rate_limit_error", "queue_full", NULL,
-                 "the server is busy: %d slots are generating and %d requests wait; retry later", s->cfg.n_slots,
-                 queued);
+                 "the server is busy: %d slot%s generating and %d request%s waiting; retry later", s->cfg.n_slots,
+                 s->cfg.n_slots == 1 ? " is" : "s are", queued, queued == 1 ? " is" : "s are");
         return false;
     }
     pthread_mutex_lock(&j->mu);
@@ -302,6 +302,7 @@ static void next_token(srv_sched *s, srv_slot *sl) {
         return;
     }
     sl->generated++;
+    atomic_store(&sl->job->generated, sl->generated);
     mu_buf sse = {0};
     bool stopped = srv_output_push(&sl->output, muser_detok_push(sl->detok, t), &sse);
     if (sse.len) deliver(sl->job, &sse, false, 0);
@@ -320,18 +321,11 @@ static void prompt_done(srv_sched *s, srv_slot *sl) {
     next_token(s, sl);
 }
 
-static uint64_t random_seed(void) {
-    static atomic_uint_fast64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
-}
-
 static void start_job(srv_sched *s, srv_slot *sl) {
     srv_job *j = sl->job;
     srv_request *r = &j->req;
     muser_sampler_params sp = r->sampling;
-    if (!r->seed_given) sp.seed = random_seed();
+    if (!r->seed_given) sp.seed = muser_seed_random();
     sl->sampler = muser_sampler_new(&sp, s->n_vocab);
     sl->detok = muser_detok_new(s->cfg.model, r->kind == SRV_CHAT); /* chat: tags must reach the parser */
     if (!sl->sampler || !sl->detok ||

@@ -39,6 +39,7 @@ typedef struct srv_job {
     int status;          /* HTTP status of a non-streaming response */
     int refs;
     atomic_bool cancelled; /* the client went away: stop and free the slot */
+    atomic_int generated;  /* tokens generated so far (the request log)    */
     struct srv_job *next;  /* queue link (scheduler lock)               */
 } srv_job;
 

@@ -24,12 +24,14 @@ typedef struct srv_config {
     const char *model_path; /* also accepted as the request's "model"             */
     muser_session_params session;
     muser_sampler_params sampling; /* defaults for requests that leave a field out */
+    bool seed_fixed;        /* sampling.seed too (--seed); else a random seed each */
     int n_slots;            /* concurrent sessions (--parallel)                   */
     int queue_cap;          /* requests that may wait for a slot before 429      */
     int n_checkpoints;      /* ring checkpoints per slot                          */
     size_t max_body;        /* larger request bodies get 413                      */
     const char *api_key;    /* NULL: no authentication                            */
     bool test_hooks;        /* accept the "muser_test_script" request field       */
+    bool quiet;             /* no log line per request on stderr                 */
 } srv_config;
 
 typedef struct srv_server srv_server;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/pool.h"
+
 bool mu_arg_is(const mu_args *a, const char *short_name, const char *long_name) {
     const char *s = a->argv[a->i];
     return (short_name && !strcmp(s, short_name)) || (long_name && !strcmp(s, long_name));
@@ -84,6 +86,41 @@ bool mu_arg_int_list(mu_args *a, long *out, int cap, int *n) {
     return true;
 }
 
+bool mu_arg_threads(mu_args *a, int *out) {
+    const char *opt = a->argv[a->i], *s;
+    return mu_arg_str(a, &s) && mu_threads_value(a->cmd, opt, s, out);
+}
+
+bool mu_threads_value(const char *cmd, const char *opt, const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > 1024) {
+        fprintf(stderr, "muser %s: %s expects a thread count from 1 to 1024 (at least one thread runs the model), "
+                        "got '%s'\n", cmd, opt, s);
+        return false;
+    }
+    const int cores = mu_cpu_count();
+    if (v > cores) {
+        fprintf(stderr, "muser %s: %s %ld is more than the %d cores online; using %d\n", cmd, opt, v, cores, cores);
+        v = cores;
+    }
+    *out = (int)v;
+    return true;
+}
+
+bool mu_arg_positional(const mu_args *a) {
+    const char *s = a->argv[a->i];
+    return s[0] != '-' || s[1] == 0;
+}
+
 void mu_arg_unknown(const mu_args *a) {
-    fprintf(stderr, "muser %s: unknown option '%s' (see muser %s --help)\n", a->cmd, a->argv[a->i], a->cmd);
+    fprintf(stderr, "muser %s: %s '%s' (see muser %s --help)\n", a->cmd,
+            mu_arg_positional(a) ? "unexpected argument" : "unknown option", a->argv[a->i], a->cmd);
+}
+
+bool mu_arg_require(const char *cmd, const void *value, const char *what) {
+    if (value) return true;
+    fprintf(stderr, "muser %s: %s is required (see muser %s --help)\n", cmd, what, cmd);
+    return false;
 }

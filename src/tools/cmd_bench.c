@@ -24,6 +24,7 @@
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 #include "util/clock.h"
+#include "util/error.h"
 
 #define MAX_DEPTHS 32
 #define MEMBW_MIB 1024 /* default probe buffer: far beyond any L3 */
@@ -32,18 +33,26 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: muser bench -m MODEL [--depths 0,512,2048,8192,32768,131072] [-n TOKENS] [--pp 512]\n"
-            "                   [--threads N] [--lane auto|exact|fast] [--backend cpu|cuda] [--gpus N] [--kv f16|f32]\n"
-            "                   [--json] [--plot FILE.png] [--profile] [--membw-mib MIB]\n"
-            "       muser bench --membw [--threads N] [--json] [--membw-mib MIB]\n"
-            "Decode tok/s at each KV depth (median over -n tokens, default 16), bytes read per token (the\n"
-            "file's tensor types plus the KV read at that depth), achieved GB/s and its share of the\n"
-            "machine's read bandwidth (measured every run, %d passes over --membw-mib MiB, default 1024,\n"
-            "with N threads right before each depth, since a shared machine's bandwidth drifts; with\n"
-            "--backend cuda the GPU's device-to-device copy bandwidth instead), and\n"
-            "prefill tok/s for --pp tokens (0: skip). Depths are filled with random finite K/V, no\n"
-            "prefill. --profile adds a table per op family. Markdown on stdout; --json prints one object.\n",
-            MEMBW_PASSES);
+            "usage: muser bench -m MODEL [options]\n"
+            "       muser bench --membw [-t N] [--json] [--membw-mib MIB]\n"
+            "Decode tok/s at each KV depth (the median over -n tokens), bytes read per token (the file's\n"
+            "tensor types plus the KV read at that depth), achieved GB/s and its share of the machine's\n"
+            "read bandwidth (measured every run right before each depth, since a shared machine's\n"
+            "bandwidth drifts; with --backend cuda the GPU's device-to-device copy bandwidth instead),\n"
+            "and prefill tok/s. Depths are filled with random finite K/V, no prefill. Markdown on stdout.\n\n"
+            "  %-28s GGUF model (required but with --membw)\n"
+            "  %-28s KV depths (default: those of 0,512,2048,8192,32768,131072\n"
+            "  %-28s inside the model's context, then its last position)\n"
+            "  %-28s timed decode tokens per depth (default: 16)\n"
+            "  %-28s prefill tokens; 0: skip (default: 512, at most the context)\n"
+            "  %-28s one JSON object instead of Markdown\n"
+            "  %-28s tok/s against depth, drawn with gnuplot (default: none)\n"
+            "  %-28s a table per op family: where a token's time goes\n"
+            "  %-28s the memory bandwidth alone, no model\n"
+            "  %-28s bandwidth probe buffer, %d passes (default: %d)\n",
+            "-m, --model FILE", "--depths D,D,...", "", "-n, --n-gen N", "-p, --pp, --n-prompt N", "--json",
+            "--plot FILE.png", "--profile", "--membw", "--membw-mib MIB", MEMBW_PASSES, MEMBW_MIB);
+    mu_tool_session_help(out, "cpu|cuda", NULL);
 }
 
 typedef struct bench {
@@ -105,11 +114,9 @@ static const char *family_name(int f, char *buf, size_t cap) {
 
 static int parse(bench *b, int argc, char **argv) {
     memset(b, 0, sizeof *b);
-    static const long default_depths[] = {0, 512, 2048, 8192, 32768, 131072};
-    memcpy(b->depths, default_depths, sizeof default_depths);
-    b->n_depths = 6;
+    b->n_depths = 0; /* the model's report depths */
     b->n_gen = 16;
-    b->pp = 512;
+    b->pp = -1; /* 512, at most the context */
     b->membw_mib = MEMBW_MIB;
     b->sp = muser_session_default_params();
     b->sp.backend = MUSER_BACKEND_CPU;
@@ -125,20 +132,13 @@ static int parse(bench *b, int argc, char **argv) {
             if (!mu_arg_int_list(&a, b->depths, MAX_DEPTHS, &b->n_depths)) return 2;
         } else if (mu_arg_is(&a, "-n", "--n-gen")) {
             if (!mu_arg_int(&a, 1, 100000, &b->n_gen)) return 2;
-        } else if (mu_arg_is(&a, NULL, "--pp")) {
+        } else if (mu_arg_is(&a, "-p", "--pp") || mu_arg_is(&a, NULL, "--n-prompt")) {
             if (!mu_arg_int(&a, 0, 1 << 20, &b->pp)) return 2;
-        } else if (mu_arg_is(&a, "-t", "--threads")) {
-            const char *v;
-            if (!mu_arg_str(&a, &v)) return 2;
-            char *end;
-            errno = 0;
-            long t = strtol(v, &end, 10);
-            if (errno || end == v || *end || t < 1 || t > 1024) {
-                fprintf(stderr, "muser bench: --threads must be a whole number from 1 to 1024 (got '%s'): "
-                                "at least one thread has to run the model\n", v);
-                return 2;
-            }
-            b->sp.n_threads = (int)t;
+        } else if (mu_arg_is(&a, "-c", "--ctx-size") || mu_arg_is(&a, "-b", "--batch-size") ||
+                   mu_arg_is(&a, NULL, "--ctx") || mu_arg_is(&a, NULL, "--batch")) {
+            fprintf(stderr, "muser bench: %s is not a bench option: the context follows --depths, the prefill "
+                            "step --pp\n", a.argv[a.i]);
+            return 2;
         } else if (mu_arg_is(&a, NULL, "--json")) {
             b->json = true;
         } else if (mu_arg_is(&a, NULL, "--profile")) {
@@ -153,10 +153,7 @@ static int parse(bench *b, int argc, char **argv) {
             return 2;
         }
     }
-    if (!b->model_path && !b->membw_only) {
-        usage(stderr);
-        return 2;
-    }
+    if (!b->membw_only && !mu_arg_require("bench", b->model_path, "-m MODEL (or --membw)")) return 2;
     return 0;
 }
 
@@ -318,8 +315,8 @@ static void print_prof_table(muser_session *s, const mu_prof_entry *prof, int n_
 }
 
 static void print_profile(muser_session *s, const depth_result *r, int n_gen) {
-    printf("\n### Profile at depth %ld (per token, mean of %d tokens; %.1f ms per token with the timers on)\n\n",
-           r->measured_depth, n_gen, r->prof_token_ms);
+    printf("\n### Profile at depth %ld (per token, mean of %d token%s; %.1f ms per token with the timers on)\n\n",
+           r->measured_depth, n_gen, mu_plural_s(n_gen), r->prof_token_ms);
     print_prof_table(s, r->prof, n_gen, r->prof_token_ms, "token");
 }
 
@@ -390,13 +387,19 @@ int cmd_bench(int argc, char **argv) {
 
     muser_model *model = NULL;
     const mu_model *m = NULL;
-    long measured[MAX_DEPTHS];
+    long measured[MAX_DEPTHS] = {0};
     if (!b.membw_only) {
         if (muser_model_load(b.model_path, &model) != 0) {
             fprintf(stderr, "muser bench: %s\n", muser_last_error());
             return 1;
         }
         m = model;
+        if (b.n_depths == 0) {
+            int64_t d[MU_MODEL_DEPTHS_MAX];
+            b.n_depths = mu_model_report_depths(m, d);
+            for (int i = 0; i < b.n_depths; i++) b.depths[i] = (long)d[i];
+        }
+        if (b.pp < 0) b.pp = m->hp.n_ctx_train < 512 ? m->hp.n_ctx_train : 512;
         /* A depth d needs d + 1 + n positions (warm-up and timed tokens). A
          * depth beyond the context is an error; one at its end is measured
          * n + 1 positions earlier, and the output says so. */
@@ -437,10 +440,10 @@ int cmd_bench(int argc, char **argv) {
             printf("{\"membw_gb_s\": %.4f, \"best_gb_s\": %.4f, \"threads\": %d, \"bytes\": %zu, \"passes\": %d}\n",
                    med, best, b.sp.n_threads, mu_membw_probe_bytes(probe), 3 * MEMBW_PASSES);
         else
-            printf("memory read bandwidth: %.2f GB/s (median of %d passes over %.2f GiB, %d threads, %s loads; "
+            printf("memory read bandwidth: %.2f GB/s (median of %d passes over %.2f GiB, %d thread%s, %s loads; "
                    "best %.2f GB/s)\n",
                    med, 3 * MEMBW_PASSES, (double)mu_membw_probe_bytes(probe) / (1 << 30), b.sp.n_threads,
-                   mu_membw_probe_isa(probe), best);
+                   mu_plural_s(b.sp.n_threads), mu_membw_probe_isa(probe), best);
         mu_membw_probe_free(probe);
         return 0;
     }
@@ -500,10 +503,12 @@ int cmd_bench(int argc, char **argv) {
         memory_info(&total, &avail);
         const char *base = strrchr(b.model_path, '/') ? strrchr(b.model_path, '/') + 1 : b.model_path;
         printf("# muser bench: %s\n\n", base);
-        printf("- machine: %s, %d cores online, %.1f GiB RAM; kernels: %s; %d threads\n", cpu, mu_cpu_count(),
-               (double)total / (1 << 30), isa, b.sp.n_threads);
-        printf("- model: %s, %d layers, %.3f GB of weights read per decoded token (the file's tensor types)\n",
-               m->arch_name, m->hp.n_layer, (double)mu_model_weight_bytes_per_token(m) / 1e9);
+        printf("- machine: %s, %d core%s online, %.1f GiB RAM; kernels: %s; %d thread%s\n", cpu, mu_cpu_count(),
+               mu_plural_s(mu_cpu_count()), (double)total / (1 << 30), isa, b.sp.n_threads,
+               mu_plural_s(b.sp.n_threads));
+        printf("- model: %s, %d layer%s, %.3f GB of weights read per decoded token (the file's tensor types)\n",
+               m->arch_name, m->hp.n_layer, mu_plural_s(m->hp.n_layer),
+               (double)mu_model_weight_bytes_per_token(m) / 1e9);
         printf("- lane %s, KV %s, backend %s\n", b.sp.lane == MUSER_LANE_FAST ? "fast" : "exact",
                b.sp.kv_type == MUSER_KV_F32 ? "f32" : "f16", mu_tool_backend_name(muser_session_backend(s)));
         mu_backend *be = mu_session_backend_of(s);
@@ -516,12 +521,12 @@ int cmd_bench(int argc, char **argv) {
                    "%.1f); each depth's share uses those right before it\n",
                    what, bw_median, n_bw, MEMBW_PASSES, bw_best);
         } else {
-            printf("- memory read bandwidth: %.2f GB/s (median of %d passes over %d MiB with %d threads, %d right "
+            printf("- memory read bandwidth: %.2f GB/s (median of %d passes over %d MiB with %d thread%s, %d right "
                    "before each depth; best %.2f); each depth's share uses the passes right before it\n",
-                   bw_median, n_bw, b.membw_mib, b.sp.n_threads, MEMBW_PASSES, bw_best);
-            printf("- one parallel region (dispatch + barrier) costs %.2f us with %d threads; decode runs about %d "
+                   bw_median, n_bw, b.membw_mib, b.sp.n_threads, mu_plural_s(b.sp.n_threads), MEMBW_PASSES, bw_best);
+            printf("- one parallel region (dispatch + barrier) costs %.2f us with %d thread%s; decode runs about %d "
                    "per token\n",
-                   region_us, b.sp.n_threads, 5 * m->hp.n_layer + 1);
+                   region_us, b.sp.n_threads, mu_plural_s(b.sp.n_threads), 5 * m->hp.n_layer + 1);
         }
         printf("- each depth is reached by filling the KV cache with random finite K/V (no prefill), then "
                "decoding 1 warm-up and %d timed tokens (median)\n\n",
@@ -535,7 +540,9 @@ int cmd_bench(int argc, char **argv) {
             printf(" | %.2f | %.1f | %.3f GB | %.1f | %.1f | %.0f%% |\n", res[i].tok_s, res[i].ms, res[i].bytes / 1e9,
                    res[i].gb_s, res[i].membw, 100 * res[i].share);
         }
-        if (b.pp > 0) printf("\nprefill: %d tokens at %.1f tok/s (median of %d)\n", b.pp, pp_tok_s, PREFILL_REPS);
+        if (b.pp > 0)
+            printf("\nprefill: %d token%s at %.1f tok/s (median of %d)\n", b.pp, mu_plural_s(b.pp), pp_tok_s,
+                   PREFILL_REPS);
         if (b.profile)
             for (int i = 0; i < b.n_depths; i++) print_profile(s, &res[i], b.n_gen);
         if (b.profile && b.pp > 0 && pp_prof_ms > 0) {
@@ -546,8 +553,8 @@ int cmd_bench(int argc, char **argv) {
     }
     if (b.plot) {
         char title[256];
-        snprintf(title, sizeof title, "muser decode, %s lane, %d threads", b.sp.lane == MUSER_LANE_FAST ? "fast" : "exact",
-                 b.sp.n_threads);
+        snprintf(title, sizeof title, "muser decode, %s lane, %d thread%s",
+                 b.sp.lane == MUSER_LANE_FAST ? "fast" : "exact", b.sp.n_threads, mu_plural_s(b.sp.n_threads));
         rc = plot(b.plot, res, b.n_depths, title);
     }
     muser_session_free(s);

@@ -5,7 +5,6 @@
  * hidden; Ctrl-C stops the current answer, not the program. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +20,6 @@
  * models/templates/muse-glimmer.jinja, 9992 bytes, sha256 cfc67e5f...). */
 #define KNOWN_TEMPLATE_FNV 0x67bbcd170ca4388eull
 
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig) {
-    (void)sig;
-    interrupted = 1;
-}
-
 static uint64_t fnv1a(const char *p, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3ull;
@@ -36,11 +28,17 @@ static uint64_t fnv1a(const char *p, size_t n) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh] [--hide-reasoning]\n"
-            "                  [-n MAX_TOKENS_PER_ANSWER] [options]\n"
+            "usage: muser chat [options]\n"
             "An interactive chat in the Muse Glimmer chat format. Commands: /reset (forget the\n"
-            "conversation), /exit (or end of input). Ctrl-C stops the current answer.\n%s",
-            mu_gen_sampling_help());
+            "conversation), /exit (or end of input). Ctrl-C stops the current answer.\n\n");
+    mu_gen_help_model(out);
+    fprintf(out,
+            "  %-28s system message (default: none)\n"
+            "  %-28s reasoning strength (default: high, as the template)\n"
+            "  %-28s show no reasoning (default: shown dimmed)\n"
+            "  %-28s most tokens per answer; -1: no limit (default: -1)\n",
+            "-sys, --system TEXT", "--reasoning low|medium|high|xhigh", "--hide-reasoning", "-n, --n-predict N");
+    mu_gen_help(out, "auto|cpu|cuda|ref", "random, printed at the start");
 }
 
 /* Tokenizes the rendered conversation; the template's BOS text parses to BOS. */
@@ -64,7 +62,7 @@ int cmd_chat(int argc, char **argv) {
         if (mu_arg_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (mu_arg_is(&a, NULL, "--system")) {
+        } else if (mu_arg_is(&a, "-sys", "--system") || mu_arg_is(&a, NULL, "--system-prompt")) {
             if (!mu_arg_str(&a, &system)) return 2;
         } else if (mu_arg_is(&a, NULL, "--reasoning")) {
             if (!mu_arg_str(&a, &reasoning)) return 2;
@@ -114,21 +112,18 @@ int cmd_chat(int argc, char **argv) {
         cJSON_AddStringToObject(m, "content", system);
         cJSON_AddItemToArray(history, m);
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint; /* no SA_RESTART: a blocked read returns EINTR */
-    sigaction(SIGINT, &sa, NULL);
+    mu_gen_catch_sigint(false);
     const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
     char today[16];
     time_t now = time(NULL);
     strftime(today, sizeof today, "%Y-%m-%d", localtime(&now));
-    fprintf(stderr, "muser chat: %s, context %d tokens. /reset, /exit, Ctrl-C stops an answer.\n", info.name,
-            muser_session_n_ctx(s));
+    fprintf(stderr, "muser chat: %s, context %d tokens, seed %llu. /reset, /exit, Ctrl-C stops an answer.\n",
+            info.name, muser_session_n_ctx(s), (unsigned long long)o.samp.seed);
 
     for (;;) {
         if (tty) fputs("\n> ", stdout);
         fflush(stdout);
-        interrupted = 0;
+        mu_gen_clear_interrupt();
         errno = 0;
         ssize_t got = getline(&line, &line_cap, stdin);
         if (got < 0) {
@@ -148,7 +143,7 @@ int cmd_chat(int argc, char **argv) {
             puts("(conversation cleared)");
             continue;
         }
-        if (got == 0) continue;
+        if (got == 0 || !mu_tool_utf8_ok("chat", "the line", line, (size_t)got)) continue;
         cJSON *um = cJSON_CreateObject();
         cJSON_AddStringToObject(um, "role", "user");
         cJSON_AddStringToObject(um, "content", line);
@@ -174,6 +169,7 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         mu_gen_stats st = {0};
+        st.seed = o.samp.seed;
         double t0 = mu_now_seconds();
         int reused = 0;
         if (muser_session_sync(s, toks, n, &reused) != 0) {
@@ -191,7 +187,7 @@ int cmd_chat(int argc, char **argv) {
         bool in_reasoning = false, full = false;
         muser_chat_delta d;
         t0 = mu_now_seconds();
-        for (int i = 0; (max_answer < 0 || i < max_answer) && !interrupted; i++) {
+        for (int i = 0; (max_answer < 0 || i < max_answer) && !mu_gen_interrupted(); i++) {
             muser_token t = muser_sampler_sample(smp, muser_session_logits(s));
             if (muser_vocab_is_eog(model, t)) break;
             const char *piece = muser_detok_push(dt, t);
@@ -226,7 +222,7 @@ int cmd_chat(int argc, char **argv) {
         if (d.content_len) fwrite(d.content, 1, d.content_len, stdout);
         if (in_reasoning && tty) fputs("\x1b[0m", stdout);
         putchar('\n');
-        if (interrupted) fputs("(stopped)\n", stdout);
+        if (mu_gen_interrupted()) fputs("(stopped)\n", stdout);
         if (full) fprintf(stderr, "muser chat: the context is full (%d tokens); /reset to start over\n", muser_session_n_ctx(s));
         cJSON *am = cJSON_CreateObject();
         cJSON_AddStringToObject(am, "role", "assistant");

@@ -7,6 +7,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "tools/args.h"
 #include "tools/commands.h"
 #include "util/error.h"
 
@@ -68,26 +69,35 @@ static const char *human(double b, char *buf, size_t cap) {
     return buf;
 }
 
+static void usage(FILE *out) {
+    fprintf(out, "usage: muser inspect [-m] MODEL [--all]\n"
+                 "Prints the metadata, the tensor table (types, shapes, bytes), the layer kinds and the\n"
+                 "bytes read per decoded token at depths up to the model's context.\n\n"
+                 "  %-28s the GGUF file (required)\n"
+                 "  %-28s list every tensor (default: the globals and layer 0)\n",
+            "[-m, --model] FILE", "--all");
+}
+
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     bool all_tensors = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: muser inspect MODEL [--all]\n"
-                   "Prints the metadata, the tensor table (types, shapes, bytes), the layer kinds and the\n"
-                   "bytes read per decoded token. --all lists every tensor (default: globals and layer 0).\n");
+    mu_args a = {argc, 1, argv, "inspect"};
+    for (; a.i < argc; a.i++) {
+        if (mu_arg_is(&a, "-h", "--help")) {
+            usage(stdout);
             return 0;
-        }
-        if (!strcmp(argv[i], "--all")) all_tensors = true;
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "muser inspect: unknown option '%s'\n", argv[i]);
+        } else if (mu_arg_is(&a, NULL, "--all")) {
+            all_tensors = true;
+        } else if (mu_arg_is(&a, "-m", "--model") && !path) {
+            if (!mu_arg_str(&a, &path)) return 2;
+        } else if (mu_arg_positional(&a) && !path) {
+            path = argv[a.i];
+        } else {
+            mu_arg_unknown(&a);
             return 2;
-        } else path = argv[i];
+        }
     }
-    if (!path) {
-        fprintf(stderr, "usage: muser inspect MODEL [--all]\n");
-        return 2;
-    }
+    if (!mu_arg_require("inspect", path, "a MODEL file")) return 2;
     gguf_file *f = NULL;
     if (gguf_open(path, &f) != 0) {
         fprintf(stderr, "muser inspect: %s\n", muser_last_error());
@@ -133,24 +143,27 @@ int cmd_inspect(int argc, char **argv) {
     printf("\n## Architecture: %s\n\n", m.arch_name);
     printf("n_vocab %d, n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d, n_ctx_train %d\n",
            hp->n_vocab, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_ctx_train);
-    printf("rms_eps %g, rope n_rot %d (%s pairs), logit_scale %.10g, softcap %g, sliding window %d\n", hp->rms_eps,
-           hp->n_rot, hp->rope_type == MU_ROPE_NEOX ? "NEOX" : "NORM", hp->logit_scale, hp->softcap, hp->n_swa);
     int n_swa = 0;
+    double swa_rope_base = 0;
+    for (int l = 0; l < hp->n_layer; l++)
+        if (m.layers[l].is_swa && hp->n_swa > 0) n_swa++, swa_rope_base = m.layers[l].rope_base;
+    printf("rms_eps %g, rope n_rot %d (%s pairs), logit_scale %.10g, softcap %g, ", hp->rms_eps, hp->n_rot,
+           hp->rope_type == MU_ROPE_NEOX ? "NEOX" : "NORM", hp->logit_scale, hp->softcap);
+    if (n_swa) printf("sliding window %d\n", hp->n_swa);
+    else printf("no sliding-window layers\n");
     printf("\nlayer kinds: ");
-    for (int l = 0; l < hp->n_layer; l++) {
-        const mu_layer *L = &m.layers[l];
-        n_swa += L->is_swa;
-        printf("%s%s", l ? " " : "", L->is_swa ? "S" : "F");
-    }
-    printf("\n(S = sliding window %d with RoPE base %g; F = full attention%s) -- %d sliding, %d full\n", hp->n_swa,
-           hp->n_layer ? m.layers[0].rope_base : 0.0,
+    for (int l = 0; l < hp->n_layer; l++) printf("%s%s", l ? " " : "", m.layers[l].is_swa && hp->n_swa > 0 ? "S" : "F");
+    printf("\n(");
+    if (n_swa) printf("S = sliding window %d with RoPE base %g; ", hp->n_swa, swa_rope_base);
+    printf("F = full attention%s) -- %d sliding, %d full\n",
            hp->arch == MU_ARCH_MUSE_GLIMMER ? " without RoPE (NoPE)" : " with RoPE", n_swa, hp->n_layer - n_swa);
     uint64_t w = m.weight_bytes_per_token;
     printf("\n## Bytes read per decoded token\n\nweights: %llu (%s)\n", (unsigned long long)w,
            human((double)w, b1, sizeof b1));
-    int64_t depths[] = {0, 512, 2048, 8192, 32768, 131072};
+    int64_t depths[MU_MODEL_DEPTHS_MAX];
+    const int n_depths = mu_model_report_depths(&m, depths);
     printf("\n| depth | KV bytes (F16) | total |\n|---|---|---|\n");
-    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
+    for (int i = 0; i < n_depths; i++) {
         uint64_t kv = mu_model_kv_bytes_per_token(&m, depths[i], 2);
         printf("| %lld | %s | %s |\n", (long long)depths[i], human((double)kv, b1, sizeof b1),
                human((double)(w + kv), b2, sizeof b2));

@@ -8,14 +8,23 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
+#include "util/error.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: muser parity -m MODEL --tokens FILE --ref FILE [--mode decode|prefill]\n"
-            "                    [--backend cpu|ref|cuda] [--kv f16|f32] [--lane auto|exact|fast] [-t THREADS] [--json]\n"
+            "usage: muser parity -m MODEL --tokens FILE --ref FILE [options]\n"
             "Feeds the tokens (no BOS is added) and compares the logits at every position with the\n"
-            "reference (a float32 [positions][n_vocab] file, or `float64` for the float64 reference backend): max |delta|, RMS delta, mean and max KL(reference || ours), top-1 agreement\n"
-            "over all positions and over decisive ones (reference top-1 leads top-2 by >= 0.5).\n");
+            "reference: max |delta|, RMS delta, mean and max KL(reference || ours), top-1 agreement over\n"
+            "all positions and over decisive ones (reference top-1 leads top-2 by >= 0.5).\n\n"
+            "  %-28s GGUF model (required)\n"
+            "  %-28s token ids, whitespace separated (required)\n"
+            "  %-28s float32 [positions][n_vocab] logits, or `float64`: the float64\n"
+            "  %-28s reference backend computes them (required)\n"
+            "  %-28s one token per step, or the whole file in one prefill\n"
+            "  %-28s (default: decode)\n"
+            "  %-28s one JSON object instead of the table\n",
+            "-m, --model FILE", "--tokens FILE", "--ref FILE|float64", "", "--mode decode|prefill", "", "--json");
+    mu_tool_session_help(out, "cpu|cuda|ref", "the tokens, from 512 to the model's");
 }
 
 /* Logits from the float64 reference backend, token by token. */
@@ -72,10 +81,9 @@ int cmd_parity(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model_path || !tokens_path || !ref_path) {
-        usage(stderr);
+    if (!mu_arg_require("parity", model_path, "-m MODEL") || !mu_arg_require("parity", tokens_path, "--tokens FILE") ||
+        !mu_arg_require("parity", ref_path, "--ref FILE"))
         return 2;
-    }
 
     int n_tokens = 0;
     muser_token *tokens = mu_tool_read_token_file(tokens_path, &n_tokens);
@@ -108,8 +116,8 @@ int cmd_parity(int argc, char **argv) {
     int positions = (int)(ref_size / ((size_t)V * sizeof(float)));
     if (positions > n_tokens) positions = n_tokens;
     if (positions < n_tokens)
-        fprintf(stderr, "muser parity: the reference has %d rows; comparing the first %d of %d positions\n", positions,
-                positions, n_tokens);
+        fprintf(stderr, "muser parity: the reference has %d row%s; comparing the first %d of %d positions\n",
+                positions, mu_plural_s(positions), positions, n_tokens);
     if (sp.n_ctx == 0) sp.n_ctx = positions > info.n_ctx_train ? positions : (positions < 512 ? 512 : positions);
     if (sp.n_ctx > info.n_ctx_train) sp.n_ctx = info.n_ctx_train;
     if (muser_session_new(model, &sp, &s) != 0) {
@@ -146,8 +154,8 @@ int cmd_parity(int argc, char **argv) {
                sp.kv_type == MUSER_KV_F32 ? "f32" : "f16");
         printf("| positions | max abs | rms | mean KL | max KL | top-1 | top-1 decisive |\n");
         printf("|---|---|---|---|---|---|---|\n");
-        printf("| %d | %.3g | %.3g | %.3g | %.3g | %.2f%% | %.2f%% (%d positions) |\n", r.positions, r.max_abs, r.rms,
-               r.mean_kl, r.max_kl, 100 * r.top1, 100 * r.top1_decisive, r.decisive);
+        printf("| %d | %.3g | %.3g | %.3g | %.3g | %.2f%% | %.2f%% (%d position%s) |\n", r.positions, r.max_abs,
+               r.rms, r.mean_kl, r.max_kl, 100 * r.top1, 100 * r.top1_decisive, r.decisive, mu_plural_s(r.decisive));
     }
     rc = 0;
 out:

@@ -1,6 +1,7 @@
 /* cmd_quantize.c — `muser quantize IN OUT TYPE`: converts an f32/f16/bf16
  * GGUF to another format or mix (model/mix.h), streaming row blocks through
  * the thread pool so large files never sit in memory. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,10 +11,12 @@
 #include "gguf/gguf.h"
 #include "model/mix.h"
 #include "quant/quant.h"
+#include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 typedef struct convert_job {
     const gguf_tensor *t;
@@ -37,35 +40,38 @@ static void convert_worker(void *ctx, int ith, int nth) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: muser quantize IN.gguf OUT.gguf TYPE [-t THREADS]\n"
-                 "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs (that type\n"
-                 "everywhere), or a mix: q3_k_m q4_k_m q5_k_m (llama.cpp's rules).\n"
-                 "IN must hold f32, f16 or bf16 tensors. 1-D tensors (norms) stay f32.\n");
+    fprintf(out, "usage: muser quantize [options] IN.gguf OUT.gguf TYPE [THREADS]\n"
+                 "Converts an f32/f16/bf16 GGUF. TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k\n"
+                 "q6_k iq4_nl iq4_xs (that type everywhere), or a mix: q3_k_m q4_k_m q5_k_m (llama.cpp's rules).\n"
+                 "1-D tensors (norms) stay f32; a tensor whose rows do not fit TYPE's blocks becomes Q8_0 or\n"
+                 "F16, and is named on stderr. THREADS, as llama-quantize takes it, is -t.\n\n"
+                 "  %-28s threads (default: the %d cores online)\n",
+            "-t, --threads N", mu_cpu_count());
 }
 
 int cmd_quantize(int argc, char **argv) {
-    const char *pos[3] = {0};
+    const char *pos[4] = {0};
     int n_pos = 0, threads = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    mu_args args = {argc, 1, argv, "quantize"};
+    for (; args.i < argc; args.i++) {
+        if (mu_arg_is(&args, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads")) {
-            if (i + 1 >= argc || (threads = atoi(argv[++i])) < 1) {
-                fprintf(stderr, "muser quantize: -t expects a positive integer\n");
-                return 2;
-            }
-        } else if (n_pos < 3) {
-            pos[n_pos++] = argv[i];
+        } else if (mu_arg_is(&args, "-t", "--threads")) {
+            if (!mu_arg_threads(&args, &threads)) return 2;
+        } else if (mu_arg_positional(&args) && n_pos < 4) {
+            pos[n_pos++] = argv[args.i];
         } else {
-            usage(stderr);
+            mu_arg_unknown(&args);
             return 2;
         }
     }
-    if (n_pos != 3) {
-        usage(stderr);
+    if (n_pos < 3) {
+        static const char *const names[] = {"IN.gguf", "OUT.gguf", "TYPE"};
+        mu_arg_require("quantize", NULL, names[n_pos]);
         return 2;
     }
+    if (n_pos == 4 && !mu_threads_value("quantize", "THREADS", pos[3], &threads)) return 2; /* llama-quantize's */
     int mix = mu_mix_from_name(pos[2]);
     if (mix < 0 || mix == MU_MIX_META_17GB) {
         fprintf(stderr, "muser quantize: unknown type '%s'\n", pos[2]);
@@ -111,7 +117,7 @@ int cmd_quantize(int argc, char **argv) {
         const char *rule_name = tied && !strcmp(t->name, "token_embd.weight") ? "output.weight" : t->name;
         int dims = t->n_dims;
         while (dims > 1 && t->ne[dims - 1] == 1) dims--;
-        types[i] = mu_mix_tensor_type((mu_mix)mix, rule_name, dims, t->ne[0], n_layer);
+        types[i] = mu_tool_mix_type("quantize", mix, t->name, rule_name, dims, t->ne[0], n_layer);
         if (t->ne[0] > widest) widest = t->ne[0];
     }
     for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -125,7 +131,7 @@ int cmd_quantize(int argc, char **argv) {
     }
     fp = fopen(pos[1], "wb");
     if (!fp) {
-        fprintf(stderr, "muser quantize: cannot create %s\n", pos[1]);
+        fprintf(stderr, "muser quantize: cannot create %s: %s\n", pos[1], strerror(errno));
         goto out;
     }
     pool = mu_pool_new(threads ? threads : mu_cpu_count());
@@ -135,6 +141,9 @@ int cmd_quantize(int argc, char **argv) {
     if (!pool || !buf || !scratch) goto fail;
     if (gguf_writer_begin(w, fp) != 0) goto fail;
     const double t0 = mu_now_seconds();
+    mu_progress bar;
+    mu_progress_begin(&bar, stderr, "quantize", gguf_writer_total_bytes(w));
+    uint64_t done = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         const int64_t rows = (int64_t)(t->n_elements / (uint64_t)t->ne[0]);
@@ -146,17 +155,22 @@ int cmd_quantize(int argc, char **argv) {
             mu_pool_run(pool, convert_worker, &j);
             if (j.failed) goto fail;
             if (gguf_writer_write_data(w, buf, (uint64_t)j.nrows * orb) != 0) goto fail;
+            done += (uint64_t)j.nrows * orb;
+            mu_progress_update(&bar, done);
         }
         if (gguf_writer_end_tensor(w) != 0) goto fail;
     }
     if (gguf_writer_finish(w) != 0) goto fail;
+    mu_progress_end(&bar);
     if (fclose(fp) != 0) {
         fp = NULL;
         goto fail;
     }
     fp = NULL;
-    fprintf(stderr, "quantize: wrote %s (%s, %.3f GB) in %.1f s\n", pos[1], mu_mix_name((mu_mix)mix),
-            gguf_writer_total_bytes(w) / 1e9, mu_now_seconds() - t0);
+    char summary[512];
+    mu_tool_type_summary(types, f->n_tensors, summary, sizeof summary);
+    fprintf(stderr, "quantize: wrote %s (%s; tensors: %s; %.3f GB) in %.1f s\n", pos[1], mu_mix_name((mu_mix)mix),
+            summary, gguf_writer_total_bytes(w) / 1e9, mu_now_seconds() - t0);
     rc = 0;
     goto out;
 fail:

@@ -1,5 +1,7 @@
 /* cmd_run.c — `muser run`: complete a prompt, streaming text while it
- * decodes; prompt and decode speed (tok/s, GB/s) go to stderr at the end. */
+ * decodes; prompt and decode speed (tok/s, GB/s) and the seed go to stderr
+ * at the end, also after Ctrl-C. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,14 +10,22 @@
 #include "tools/gen_common.h"
 #include "tools/tool_util.h"
 #include "util/clock.h"
+#include "util/error.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: muser run [-m MODEL] [-p TEXT | -f FILE] [-n N] [--no-bos] [--show-special] [options]\n"
-            "Completes the prompt and streams the text. Without -m it runs the bundled model\n"
-            "(stories260K); without a prompt it starts from BOS. -n: tokens to generate (default 256;\n"
-            "-1 = until end of generation or a full context). Special tokens in the prompt are parsed.\n%s",
-            mu_gen_sampling_help());
+            "usage: muser run [options]\n"
+            "Completes the prompt and streams the text; prompt and decode speed and the seed go to\n"
+            "stderr at the end. Ctrl-C stops the generation (the timings still print; exit status 130).\n\n");
+    mu_gen_help_model(out);
+    fprintf(out,
+            "  %-28s the prompt; control tokens in it are parsed (default: none, from BOS)\n"
+            "  %-28s read the prompt from FILE (not with -p)\n"
+            "  %-28s tokens to generate; -1: to an end or a full context (default: 256)\n"
+            "  %-28s add no BOS token (default: as the model's file says)\n"
+            "  %-28s print control tokens' text (default: hidden)\n",
+            "-p, --prompt TEXT", "-f, --file FILE", "-n, --n-predict N", "--no-bos", "--show-special");
+    mu_gen_help(out, "auto|cpu|cuda|ref", "random, printed at the end");
 }
 
 int cmd_run(int argc, char **argv) {
@@ -43,12 +53,20 @@ int cmd_run(int argc, char **argv) {
             return 2;
         }
     }
+    if (prompt && prompt_file) {
+        fprintf(stderr, "muser run: give the prompt with -p or with -f, not both\n");
+        return 2;
+    }
     char *file_text = NULL;
+    size_t plen = prompt ? strlen(prompt) : 0;
     if (prompt_file) {
-        size_t size;
-        file_text = mu_tool_read_file(prompt_file, &size);
+        file_text = mu_tool_read_file(prompt_file, &plen);
         if (!file_text) return 1;
         prompt = file_text;
+    }
+    if (!mu_tool_utf8_ok("run", prompt_file ? prompt_file : "the prompt", prompt ? prompt : "", plen)) {
+        free(file_text);
+        return 1;
     }
     muser_model *model = NULL;
     if (mu_gen_load(&o, &model) != 0) {
@@ -61,7 +79,6 @@ int cmd_run(int argc, char **argv) {
     muser_detok *dt = NULL;
     muser_token *toks = NULL;
     if (!prompt) prompt = "";
-    const size_t plen = strlen(prompt);
     const bool bos = add_bos && muser_vocab_add_bos(model);
     int n = muser_tokenize(model, prompt, plen, bos, true, NULL, 0);
     if (n < 0) {
@@ -91,6 +108,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "muser run: %s\n", muser_last_error());
         goto out;
     }
+    mu_gen_catch_sigint(true);
     /* Echo the prompt through the detokenizer so the continuation joins it. */
     for (int i = 0; i < n; i++) {
         muser_sampler_accept(smp, toks[i]);
@@ -99,7 +117,7 @@ int cmd_run(int argc, char **argv) {
     }
     fflush(stdout);
 
-    mu_gen_stats st = {n, 0, 0, 0, 0};
+    mu_gen_stats st = {n, 0, 0, 0, 0, o.samp.seed};
     double t0 = mu_now_seconds();
     if (muser_session_feed(s, toks, n, false) != 0) {
         fprintf(stderr, "\nmuser run: %s\n", muser_last_error());
@@ -107,14 +125,15 @@ int cmd_run(int argc, char **argv) {
     }
     st.prompt_s = mu_now_seconds() - t0;
     t0 = mu_now_seconds();
-    for (int i = 0; n_predict < 0 || i < n_predict; i++) {
+    for (int i = 0; (n_predict < 0 || i < n_predict) && !mu_gen_interrupted(); i++) {
         muser_token t = muser_sampler_sample(smp, muser_session_logits(s));
         if (muser_vocab_is_eog(model, t)) break;
         fputs(muser_detok_push(dt, t), stdout);
         fflush(stdout);
         st.gen_tokens++;
         if (muser_session_pos(s) >= muser_session_n_ctx(s)) {
-            fprintf(stderr, "\nmuser run: the context is full (%d tokens)\n", muser_session_n_ctx(s));
+            fprintf(stderr, "\nmuser run: the context is full (%d token%s)\n", muser_session_n_ctx(s),
+                    mu_plural_s(muser_session_n_ctx(s)));
             break;
         }
         st.bytes += (double)muser_session_bytes_per_token(s);
@@ -127,8 +146,9 @@ int cmd_run(int argc, char **argv) {
     fputs(muser_detok_flush(dt), stdout);
     fputc('\n', stdout);
     fflush(stdout);
+    if (mu_gen_interrupted()) fprintf(stderr, "\nmuser run: interrupted");
     mu_gen_print_stats(&st, stderr);
-    rc = 0;
+    rc = mu_gen_interrupted() ? 128 + SIGINT : 0;
 out:
     muser_detok_free(dt);
     muser_sampler_free(smp);

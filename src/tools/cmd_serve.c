@@ -13,26 +13,34 @@
 #include "tools/commands.h"
 #include "tools/gen_common.h"
 #include "tools/tool_util.h"
+#include "util/error.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: muser serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--backend auto|cpu|cuda] [-c CTX]\n"
-            "                   [--parallel N] [--queue N] [--max-body BYTES] [--api-key KEY] [--alias NAME]\n"
-            "                   [-t THREADS] [--lane auto|exact|fast] [--kv f16|f32] [-b BATCH] [--checkpoints N]\n"
+            "usage: muser serve [options]\n"
             "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
             "GET /health, GET /metrics, POST /tokenize, POST /detokenize, POST /apply-template.\n"
-            "  --host ADDR        address to bind (default 127.0.0.1; 0.0.0.0 exposes the server)\n"
-            "  --port N           TCP port (default 8080; 0 picks a free one, printed at start)\n"
-            "  --parallel N       concurrent sessions (slots), decoded together in one batch (default 4)\n"
-            "  --queue N          requests that may wait for a slot before 429 (default 64)\n"
-            "  --max-body BYTES   larger request bodies get 413 (default 8388608)\n"
-            "  --api-key KEY      require 'Authorization: Bearer KEY' (all but /health and /metrics)\n"
-            "  --alias NAME       the model's id in /v1/models and responses (default: the file name)\n"
-            "  --checkpoints N    ring checkpoints per slot for prompt caching (default 4)\n"
-            "  --test-hooks       TESTS ONLY: accept the request field \"muser_test_script\" (text whose tokens\n"
-            "                     replace sampling, run through the real pipeline); off by default\n"
             "Without -m the bundled model is served (completions and tokenization only). The sampling\n"
-            "options set the defaults that requests override.\n%s", mu_gen_sampling_help());
+            "options set the defaults that requests override; without --seed each request draws a\n"
+            "random one.\n\n");
+    mu_gen_help_model(out);
+    fprintf(out,
+            "  %-28s address to bind; 0.0.0.0 exposes the server (default: 127.0.0.1)\n"
+            "  %-28s TCP port; 0 picks a free one, printed at start (default: 8080)\n"
+            "  %-28s concurrent sessions (slots), decoded in one batch (default: 4)\n"
+            "  %-28s requests that may wait for a slot before 429 (default: 64)\n"
+            "  %-28s larger request bodies get 413 (default: 8388608)\n"
+            "  %-28s require 'Authorization: Bearer KEY' (not on /health,\n"
+            "  %-28s /metrics) (default: none)\n"
+            "  %-28s the model's id in /v1/models and responses (default: the file name)\n"
+            "  %-28s ring checkpoints per slot for prompt caching (default: 4)\n"
+            "  %-28s no log line per request (default: one on stderr: method,\n"
+            "  %-28s path, status, prompt and completion tokens, ms)\n"
+            "  %-28s TESTS ONLY: accept the request field \"muser_test_script\"\n"
+            "  %-28s (text whose tokens replace sampling) (default: off)\n",
+            "--host ADDR", "--port N", "-np, --parallel N", "--queue N", "--max-body BYTES", "--api-key KEY", "",
+            "-a, --alias NAME", "--checkpoints N", "-q, --quiet", "", "--test-hooks", "");
+    mu_gen_help(out, "auto|cpu|cuda", "random for each request");
 }
 
 /* The file name without directories and ".gguf". */
@@ -69,10 +77,12 @@ int cmd_serve(int argc, char **argv) {
             cfg.max_body = (size_t)v;
         } else if (mu_arg_is(&a, NULL, "--api-key")) {
             if (!mu_arg_str(&a, &cfg.api_key)) return 2;
-        } else if (mu_arg_is(&a, NULL, "--alias")) {
+        } else if (mu_arg_is(&a, "-a", "--alias")) {
             if (!mu_arg_str(&a, &alias)) return 2;
         } else if (mu_arg_is(&a, NULL, "--checkpoints")) {
             if (!mu_arg_int(&a, 0, 64, &cfg.n_checkpoints)) return 2;
+        } else if (mu_arg_is(&a, "-q", "--quiet")) {
+            cfg.quiet = true;
         } else if (mu_arg_is(&a, NULL, "--test-hooks")) {
             cfg.test_hooks = true;
         } else if (!mu_gen_option(&a, &o)) {
@@ -92,6 +102,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.model_path = o.model_path;
     cfg.session = o.sp;
     cfg.sampling = o.samp;
+    cfg.seed_fixed = !o.seed_random;
 
     /* Signals go to the main thread only: block them before any thread starts. */
     sigset_t stop_signals;
@@ -110,8 +121,8 @@ int cmd_serve(int argc, char **argv) {
     muser_model_info info;
     muser_model_get_info(model, &info);
     bool v6 = strchr(cfg.host, ':') != NULL;
-    fprintf(stderr, "muser serve: %s (%s), %d slots; listening on http://%s%s%s:%d\n", cfg.model_id, info.arch,
-            cfg.n_slots, v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv_server_port(srv));
+    fprintf(stderr, "muser serve: %s (%s), %d slot%s; listening on http://%s%s%s:%d\n", cfg.model_id, info.arch,
+            cfg.n_slots, mu_plural_s(cfg.n_slots), v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv_server_port(srv));
     fflush(stderr);
     int sig = 0;
     sigwait(&stop_signals, &sig);

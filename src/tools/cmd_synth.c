@@ -8,8 +8,9 @@
  *
  * Small presets quantize f32 weights properly; the 30b preset writes random
  * valid blocks directly (no quantization search), in parallel, streaming to
- * disk with a progress bar, so Meta's 17 GB mix takes minutes.
+ * disk, so Meta's 17 GB mix takes minutes (with a progress line).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "tools/tool_util.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 typedef struct preset {
     const char *name;
@@ -228,22 +230,23 @@ static void synth_worker(void *ctx, int ith, int nth) {
     }
 }
 
-static void progress(uint64_t done, uint64_t total, double t0, bool force) {
-    static double last;
-    double now = mu_now_seconds();
-    if (!force && now - last < 0.5) return;
-    last = now;
-    double rate = done / (now - t0 + 1e-9) / 1e6;
-    fprintf(stderr, "\rsynth: %.2f / %.2f GB (%3.0f%%) %6.0f MB/s", done / 1e9, total / 1e9,
-            total ? 100.0 * done / total : 100.0, rate);
-    if (force) fputc('\n', stderr);
-}
-
 static void usage(FILE *out) {
-    fprintf(out, "usage: muser synth --preset nano|micro|30b [--layers N] [--ctx N] [--mix f32|f16|q8_0|q4_k_m|q6_k|meta-17gb]\n"
-                 "                   [--seed S] [--vocab VOCAB.gguf] [-t THREADS] -o FILE\n"
-                 "Writes a synthetic Muse Glimmer model (random, well-scaled weights; a valid BPE vocabulary,\n"
-                 "or the tokenizer of VOCAB.gguf). Other mixes: every TYPE and mix of muser quantize.\n");
+    fprintf(out, "usage: muser synth --preset nano|micro|30b [options] -o FILE\n"
+                 "Writes a synthetic Muse Glimmer model: random, well-scaled weights; a valid BPE vocabulary,\n"
+                 "or the tokenizer of VOCAB.gguf.\n\n"
+                 "  %-28s the shape (required): nano (8 layers, n_embd 256), micro (4, 512),\n"
+                 "  %-28s 30b (52, 6656: Muse Glimmer 30B's)\n"
+                 "  %-28s the output file (required)\n"
+                 "  %-28s f32 f16 bf16 q8_0 ... q4_k_m ..., every TYPE and mix of muser quantize,\n"
+                 "  %-28s or meta-17gb: Meta's official 17 GB mix (default: f32)\n"
+                 "  %-28s layer count (default: the preset's)\n"
+                 "  %-28s the trained context written in the file (default: the preset's:\n"
+                 "  %-28s nano 1024, micro 2048, 30b 131072)\n"
+                 "  %-28s the weights' random stream (default: 1)\n"
+                 "  %-28s take the tokenizer (and vocabulary size) of this GGUF\n"
+                 "  %-28s threads (default: the %d cores online)\n",
+            "--preset NAME", "", "-o, --output FILE", "--mix MIX", "", "--layers N", "--ctx N", "", "--seed S",
+            "--vocab VOCAB.gguf", "-t, --threads N", mu_cpu_count());
 }
 
 int cmd_synth(int argc, char **argv) {
@@ -267,19 +270,18 @@ int cmd_synth(int argc, char **argv) {
             if (!mu_arg_int(&a, 1, 4096, &layers)) return 2;
         } else if (mu_arg_is(&a, NULL, "--ctx")) { /* trained context: room for long tool prompts in tests */
             if (!mu_arg_int(&a, 16, 1 << 20, &ctx)) return 2;
-        } else if (mu_arg_is(&a, NULL, "--seed")) {
+        } else if (mu_arg_is(&a, "-s", "--seed")) {
             if (!mu_arg_u64(&a, &seed)) return 2;
         } else if (mu_arg_is(&a, "-t", "--threads")) {
-            if (!mu_arg_int(&a, 1, 1024, &threads)) return 2;
+            if (!mu_arg_threads(&a, &threads)) return 2;
         } else {
             mu_arg_unknown(&a);
             return 2;
         }
     }
-    if (!preset_name || !out_path) {
-        usage(stderr);
+    if (!mu_arg_require("synth", preset_name, "--preset nano|micro|30b") ||
+        !mu_arg_require("synth", out_path, "-o FILE"))
         return 2;
-    }
     const preset *pr = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (!strcmp(presets[i].name, preset_name)) pr = &presets[i];
@@ -360,7 +362,7 @@ int cmd_synth(int argc, char **argv) {
         tensor_plan *t_ = &plan[k++];                                                                      \
         snprintf(t_->name, sizeof t_->name, "%s", nm);                                                     \
         t_->n_dims = d, t_->ne[0] = c, t_->ne[1] = r, t_->init = ini, t_->scale = sc;                      \
-        t_->type = mu_mix_tensor_type((mu_mix)mix, t_->name, d, c, p.n_layer);                             \
+        t_->type = mu_tool_mix_type("synth", mix, t_->name, t_->name, d, c, p.n_layer);                    \
     } while (0)
     PLAN("token_embd.weight", 2, E, p.vocab, INIT_NORMAL, 0.02f);
     PLAN("output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
@@ -393,7 +395,7 @@ int cmd_synth(int argc, char **argv) {
     uint8_t *buf = NULL;
     float *scratch = NULL;
     if (!fp) {
-        fprintf(stderr, "muser synth: cannot create %s\n", out_path);
+        fprintf(stderr, "muser synth: cannot create %s: %s\n", out_path, strerror(errno));
         goto out;
     }
     if (gguf_writer_begin(w, fp) != 0) goto fail;
@@ -406,6 +408,8 @@ int cmd_synth(int argc, char **argv) {
     scratch = malloc(sizeof(float) * (size_t)mu_pool_size(pool) * (size_t)widest);
     const double t0 = mu_now_seconds();
     uint64_t done = 0;
+    mu_progress bar;
+    mu_progress_begin(&bar, stderr, "synth", total);
     for (int i = 0; i < n_plan; i++) {
         const tensor_plan *t = &plan[i];
         const uint64_t rb = mu_row_bytes(t->type, t->ne[0]);
@@ -417,19 +421,26 @@ int cmd_synth(int argc, char **argv) {
             mu_pool_run(pool, synth_worker, &j);
             if (gguf_writer_write_data(w, buf, (uint64_t)nr * rb) != 0) goto fail;
             done += (uint64_t)nr * rb;
-            if (big) progress(done, total, t0, false);
+            mu_progress_update(&bar, done);
         }
         if (gguf_writer_end_tensor(w) != 0) goto fail;
     }
     if (gguf_writer_finish(w) != 0) goto fail;
-    if (big) progress(total, total, t0, true);
+    mu_progress_end(&bar);
     if (fclose(fp) != 0) {
         fp = NULL;
         goto fail;
     }
     fp = NULL;
-    fprintf(stderr, "synth: wrote %s (%.3f GB, %d tensors, %d layers, mix %s) in %.1f s\n", out_path, total / 1e9,
-            n_plan, p.n_layer, mu_mix_name((mu_mix)mix), mu_now_seconds() - t0);
+    uint32_t *types = malloc(sizeof(uint32_t) * (size_t)n_plan);
+    char summary[512] = "";
+    if (types) {
+        for (int i = 0; i < n_plan; i++) types[i] = plan[i].type;
+        mu_tool_type_summary(types, (uint64_t)n_plan, summary, sizeof summary);
+        free(types);
+    }
+    fprintf(stderr, "synth: wrote %s (%.3f GB, %d layer%s, mix %s; tensors: %s) in %.1f s\n", out_path, total / 1e9,
+            p.n_layer, mu_plural_s(p.n_layer), mu_mix_name((mu_mix)mix), summary, mu_now_seconds() - t0);
     rc = 0;
     goto out;
 fail:

@@ -14,42 +14,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/tool_util.h"
+#include "util/error.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: muser tokenize -m MODEL [--parse-special] [--bos] (-p TEXT | --file INP) [--ids-only]\n"
-            "\n"
-            "  -m, --model FILE     a GGUF with tokenizer metadata (weights are not loaded)\n"
-            "  -p, --prompt TEXT    tokenize TEXT; prints one line of space-separated ids\n"
-            "  -f, --file INP       test vectors: strings joined by a line \"__ggml_vocab_test__\";\n"
-            "                       prints one line of ids per string (llama.cpp .out format)\n"
-            "      --parse-special  control tokens written in the text (e.g. <|eot|>) become their ids\n"
-            "      --bos            add the BOS token first (the file's add_bos_token is not applied)\n"
-            "      --ids-only       -p: print only the ids (no per-token listing on stderr)\n");
-}
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t k; buf && (k = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += k;
-        if (n == cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) free(buf);
-            buf = b;
-        }
-    }
-    bool failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
+            "usage: muser tokenize -m MODEL (-p TEXT | -f FILE) [options]\n"
+            "Token ids of UTF-8 text, space separated.\n\n"
+            "  %-28s a GGUF with tokenizer metadata; weights are not loaded (required)\n"
+            "  %-28s tokenize TEXT: one line of ids (the tokens with their text on stderr)\n"
+            "  %-28s test vectors: strings joined by a line \"__ggml_vocab_test__\";\n"
+            "  %-28s one line of ids per string (llama.cpp's .out format)\n"
+            "  %-28s control tokens written in the text (e.g. <|eot|>) become their ids\n"
+            "  %-28s (default: they are text)\n"
+            "  %-28s add the BOS token first (default: none; add_bos_token is not applied)\n"
+            "  %-28s -p: print only the ids, no listing on stderr\n",
+            "-m, --model FILE", "-p, --prompt TEXT", "-f, --file FILE", "", "--parse-special", "", "--bos",
+            "--ids-only, --ids");
 }
 
 /* Tokenizes into *ids (grown as needed); returns the count or < 0. */
@@ -84,41 +67,46 @@ static void print_piece(const muser_model *m, muser_token t) {
 int cmd_tokenize(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL;
     bool parse_special = false, bos = false, ids_only = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    mu_args a = {argc, 1, argv, "tokenize"};
+    for (; a.i < argc; a.i++) {
+        if (mu_arg_is(&a, "-h", "--help")) {
             usage(stdout);
             return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_value) {
-            model_path = argv[++i];
-        } else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && has_value) {
-            prompt = argv[++i];
-        } else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has_value) {
-            file = argv[++i];
-        } else if (!strcmp(a, "--parse-special")) {
+        } else if (mu_arg_is(&a, "-m", "--model")) {
+            if (!mu_arg_str(&a, &model_path)) return 2;
+        } else if (mu_arg_is(&a, "-p", "--prompt")) {
+            if (!mu_arg_str(&a, &prompt)) return 2;
+        } else if (mu_arg_is(&a, "-f", "--file")) {
+            if (!mu_arg_str(&a, &file)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--parse-special")) {
             parse_special = true;
-        } else if (!strcmp(a, "--bos")) {
+        } else if (mu_arg_is(&a, NULL, "--bos")) {
             bos = true;
-        } else if (!strcmp(a, "--ids-only")) {
+        } else if (mu_arg_is(&a, NULL, "--ids-only") || mu_arg_is(&a, NULL, "--ids")) {
             ids_only = true;
         } else {
-            bool takes_value = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "-p") || !strcmp(a, "--prompt") ||
-                               !strcmp(a, "-f") || !strcmp(a, "--file");
-            fprintf(stderr, "muser tokenize: %s '%s'\n\n", takes_value ? "missing value for" : "unknown argument", a);
-            usage(stderr);
+            mu_arg_unknown(&a);
             return 2;
         }
     }
-    if (!model_path || (!prompt == !file)) {
-        fprintf(stderr, "muser tokenize: %s\n\n", !model_path ? "-m MODEL is required" : "give exactly one of -p TEXT and --file INP");
-        usage(stderr);
+    if (!mu_arg_require("tokenize", model_path, "-m MODEL")) return 2;
+    if (!prompt == !file) {
+        fprintf(stderr, "muser tokenize: give the text with -p or with --file, %s\n",
+                prompt ? "not both" : "one of them");
         return 2;
+    }
+    if (prompt && !mu_tool_utf8_ok("tokenize", "the text", prompt, strlen(prompt))) return 1;
+    size_t len = 0;
+    char *text = file ? mu_tool_read_file(file, &len) : NULL;
+    if (file && (!text || !mu_tool_utf8_ok("tokenize", file, text, len))) {
+        free(text);
+        return 1;
     }
 
     muser_model *m = NULL;
     if (muser_model_load_vocab(model_path, &m) != 0) {
         fprintf(stderr, "muser tokenize: %s\n", muser_last_error());
+        free(text);
         return 1;
     }
     int rc = 0, cap = 256;
@@ -132,22 +120,16 @@ int cmd_tokenize(int argc, char **argv) {
             for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
             putchar('\n');
             if (!ids_only) {
-                fprintf(stderr, "%d tokens:\n", n);
+                fprintf(stderr, "%d token%s:\n", n, mu_plural_s(n));
                 for (int i = 0; i < n; i++) print_piece(m, ids[i]);
             }
         }
     } else {
-        size_t len;
-        char *text = read_all(file, &len);
-        if (!text) {
-            fprintf(stderr, "muser tokenize: cannot read '%s'\n", file);
-            rc = 1;
-        }
         /* llama.cpp's test-tokenizer-0 split: a final separator ends the
          * list, text after the last separator is one more string. */
         static const char sep[] = "\n__ggml_vocab_test__\n";
         const size_t sep_len = sizeof sep - 1;
-        for (size_t pos = 0; text && pos < len && !rc;) {
+        for (size_t pos = 0; pos < len && !rc;) {
             size_t end = pos;
             while (end < len && !(len - end >= sep_len && !memcmp(text + end, sep, sep_len))) end++;
             int n = tokenize(m, text + pos, end - pos, bos, parse_special, &ids, &cap);

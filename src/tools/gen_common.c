@@ -1,11 +1,13 @@
 #include "tools/gen_common.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "tools/tool_util.h"
+#include "util/error.h"
 
 enum { F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP, F_REPN, F_PRES, F_FREQ, F_SEED };
 
@@ -14,12 +16,26 @@ void mu_gen_opts_init(mu_gen_opts *o) {
     o->sp = muser_session_default_params();
 }
 
-const char *mu_gen_sampling_help(void) {
-    return "sampling: --temp T (0: greedy) --top-k K --top-p P --min-p P --repeat-penalty R\n"
-           "          --repeat-last-n N --presence-penalty P --frequency-penalty P --seed S\n"
-           "          (defaults from the model: Muse Glimmer T 1.0, top-p 0.95, top-k 64)\n"
-           "session:  --backend auto|cpu|cuda|ref --lane auto|exact|fast --kv f16|f32 -c CTX -t THREADS -b BATCH\n"
-           "          --gpus N (CUDA: tensor parallel over N GPUs of this host, through NCCL)\n";
+void mu_gen_help_model(FILE *out) {
+    fprintf(out, "  %-28s GGUF model (default: the bundled stories260K, or $MUSER_MODEL)\n", "-m, --model FILE");
+}
+
+void mu_gen_help(FILE *out, const char *backends, const char *seed_default) {
+    fprintf(out,
+            "sampling (defaults from the model: Muse Glimmer T 1.0, top-k 64, top-p 0.95, min-p 0;\n"
+            "          other models T 0.8, top-k 40, top-p 0.95, min-p 0.05):\n"
+            "  %-28s temperature; 0: greedy\n"
+            "  %-28s keep the K likeliest tokens; 0: all\n"
+            "  %-28s keep the likeliest tokens holding P of the probability; 1: all\n"
+            "  %-28s drop tokens less likely than P times the likeliest; 0: none\n"
+            "  %-28s penalize the tokens of the last N by R (default: 1, off)\n"
+            "  %-28s tokens the penalties look back on (default: 64)\n"
+            "  %-28s (default: 0, off)\n"
+            "  %-28s (default: 0, off)\n"
+            "  %-28s the sampler's seed (default: %s)\n",
+            "--temp T", "--top-k K", "--top-p P", "--min-p P", "--repeat-penalty R", "--repeat-last-n N",
+            "--presence-penalty P", "--frequency-penalty P", "-s, --seed S", seed_default);
+    mu_tool_session_help(out, backends, "the model's, at most 4096");
 }
 
 bool mu_gen_option(mu_args *a, mu_gen_opts *o) {
@@ -83,14 +99,35 @@ int mu_gen_load(mu_gen_opts *o, muser_model **model) {
     if (o->samp_set[F_REPN]) p->repeat_last_n = f->repeat_last_n;
     if (o->samp_set[F_PRES]) p->presence_penalty = f->presence_penalty;
     if (o->samp_set[F_FREQ]) p->frequency_penalty = f->frequency_penalty;
-    if (o->samp_set[F_SEED]) p->seed = f->seed;
+    o->seed_random = !o->samp_set[F_SEED];
+    p->seed = o->seed_random ? muser_seed_random() : f->seed;
     return 0;
 }
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+void mu_gen_catch_sigint(bool once) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = once ? SA_RESETHAND : 0;
+    sigaction(SIGINT, &sa, NULL);
+}
+
+bool mu_gen_interrupted(void) { return interrupted != 0; }
+void mu_gen_clear_interrupt(void) { interrupted = 0; }
 
 void mu_gen_print_stats(const mu_gen_stats *st, FILE *out) {
     double pp = st->prompt_s > 0 ? st->prompt_tokens / st->prompt_s : 0;
     double tg = st->gen_s > 0 ? st->gen_tokens / st->gen_s : 0;
     double gbs = st->gen_s > 0 ? st->bytes / st->gen_s / 1e9 : 0;
-    fprintf(out, "\nprompt: %d tokens, %.2f tok/s | decode: %d tokens, %.2f tok/s, %.2f ms/token, %.2f GB/s\n",
-            st->prompt_tokens, pp, st->gen_tokens, tg, st->gen_tokens ? 1e3 * st->gen_s / st->gen_tokens : 0.0, gbs);
+    fprintf(out,
+            "\nprompt: %d token%s, %.2f tok/s | decode: %d token%s, %.2f tok/s, %.2f ms/token, %.2f GB/s | seed %llu\n",
+            st->prompt_tokens, mu_plural_s(st->prompt_tokens), pp, st->gen_tokens, mu_plural_s(st->gen_tokens), tg,
+            st->gen_tokens ? 1e3 * st->gen_s / st->gen_tokens : 0.0, gbs, (unsigned long long)st->seed);
 }

@@ -14,6 +14,7 @@ typedef struct mu_gen_opts {
     muser_sampler_params samp;     /* filled from the model, then flags  */
     bool samp_set[9];              /* which sampler flags were given     */
     muser_sampler_params flags;    /* values of the given flags          */
+    bool seed_random;              /* no --seed: samp.seed is random     */
 } mu_gen_opts;
 
 void mu_gen_opts_init(mu_gen_opts *o);
@@ -23,15 +24,29 @@ void mu_gen_opts_init(mu_gen_opts *o);
  * handled; false with a message on a bad value or unknown option. */
 bool mu_gen_option(mu_args *a, mu_gen_opts *o);
 /* Loads the model (the bundled stories260K when none was given); applies
- * the model's sampling defaults under the user's flags. */
+ * the model's sampling defaults under the user's flags; without --seed,
+ * a random seed. */
 int mu_gen_load(mu_gen_opts *o, muser_model **model);
-const char *mu_gen_sampling_help(void);
+/* Help lines with the defaults: -m, then (after the command's own) the
+ * sampling and the session options; backends as for mu_tool_session_help,
+ * seed_default: what happens without --seed. */
+void mu_gen_help_model(FILE *out);
+void mu_gen_help(FILE *out, const char *backends, const char *seed_default);
+
+/* Ctrl-C sets a flag instead of ending the process, so a generation can
+ * stop cleanly. once: the handler then reverts, so a second Ctrl-C ends the
+ * process (a long prefill does not look at the flag). A blocked read
+ * returns EINTR (no SA_RESTART). */
+void mu_gen_catch_sigint(bool once);
+bool mu_gen_interrupted(void);
+void mu_gen_clear_interrupt(void);
 
 /* Timing of one generation, printed on stderr. */
 typedef struct mu_gen_stats {
     int prompt_tokens, gen_tokens;
     double prompt_s, gen_s;
     double bytes; /* bytes read by the decoded tokens */
+    uint64_t seed; /* printed, so --seed repeats the run */
 } mu_gen_stats;
 void mu_gen_print_stats(const mu_gen_stats *st, FILE *out);
 

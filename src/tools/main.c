@@ -1,4 +1,5 @@
 /* main.c — the `muser` command: one binary, one subcommand per job. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,23 +16,39 @@ static const struct {
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: muser <command> [options]   (muser <command> --help for details)\n\ncommands:\n");
+    fprintf(out, "usage: muser <command> [options]\n       muser help <command>   (or muser <command> --help)\n\n"
+                 "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "\n  -h, --help      this list\n  --version       the version\n");
+}
+
+static int find(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(name, commands[i].name)) return (int)i;
+    return -1;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || (!strcmp(argv[1], "help") && argc == 2)) {
+        usage(stdout);
+        return 0;
     }
     if (!strcmp(argv[1], "--version")) {
         printf("muser %s\n", MUSER_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "muser: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    const bool help = !strcmp(argv[1], "help"); /* muser help CMD: CMD --help */
+    const int c = find(argv[help ? 2 : 1]);
+    if (c < 0) {
+        fprintf(stderr, "muser: unknown command '%s'\n\n", argv[help ? 2 : 1]);
+        usage(stderr);
+        return 2;
+    }
+    if (help) return commands[c].fn(2, (char *[]){argv[2], "--help", NULL});
+    return commands[c].fn(argc - 1, argv + 1);
 }

@@ -4,6 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "cpu/pool.h"
+#include "model/mix.h"
+#include "quant/quant.h"
+#include "text/utf8.h"
 
 const char *mu_tool_backend_name(muser_backend b) {
     switch (b) {
@@ -49,18 +55,43 @@ bool mu_tool_session_option(mu_args *a, muser_session_params *sp) {
         }
         return true;
     }
-    if (mu_arg_is(a, "-t", "--threads")) return mu_arg_int(a, 1, 1024, &sp->n_threads);
-    if (mu_arg_is(a, "-c", "--ctx")) return mu_arg_int(a, 1, 1 << 30, &sp->n_ctx);
-    if (mu_arg_is(a, "-b", "--batch")) return mu_arg_int(a, 1, 1 << 16, &sp->n_batch);
+    if (mu_arg_is(a, "-t", "--threads")) return mu_arg_threads(a, &sp->n_threads);
+    if (mu_arg_is(a, "-c", "--ctx-size") || mu_arg_is(a, NULL, "--ctx")) return mu_arg_int(a, 1, 1 << 30, &sp->n_ctx);
+    if (mu_arg_is(a, "-b", "--batch-size") || mu_arg_is(a, NULL, "--batch"))
+        return mu_arg_int(a, 1, 1 << 16, &sp->n_batch);
     if (mu_arg_is(a, NULL, "--gpus")) return mu_arg_int(a, 1, 64, &sp->gpus);
     mu_arg_unknown(a);
     return false;
+}
+
+void mu_tool_session_help(FILE *out, const char *backends, const char *ctx_default) {
+    char opt[64];
+    snprintf(opt, sizeof opt, "--backend %s", backends);
+    fprintf(out, "session:\n  %-28s where the model runs (default: %s)\n", opt,
+            !strncmp(backends, "auto", 4) ? "auto: CUDA if usable, else CPU" : "cpu");
+    fprintf(out, "  %-28s exact: f32 activations into every dot product; fast: int8\n"
+                 "  %-28s (default: auto: fast on CUDA, exact on the CPU)\n", "--lane auto|exact|fast", "");
+    fprintf(out, "  %-28s KV cache type (default: f16)\n", "--kv f16|f32");
+    if (ctx_default) {
+        fprintf(out, "  %-28s context in tokens (default: %s)\n", "-c, --ctx-size N", ctx_default);
+        fprintf(out, "  %-28s prompt tokens per prefill step (default: 512)\n", "-b, --batch-size N");
+    }
+    fprintf(out, "  %-28s CPU threads, at most one per core (default: the %d cores online)\n", "-t, --threads N",
+            mu_cpu_count());
+    fprintf(out, "  %-28s CUDA: the model split over N GPUs of this host, tensor parallel\n"
+                 "  %-28s through NCCL (default: 1)\n", "--gpus N", "");
 }
 
 void *mu_tool_read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "muser: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "muser: cannot read %s: it is a directory\n", path);
+        fclose(f);
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -72,22 +103,32 @@ void *mu_tool_read_file(const char *path, size_t *size) {
         if (n < cap) break;
         cap *= 2;
         char *nb = realloc(buf, cap + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-        }
+        if (!nb) free(buf);
         buf = nb;
     }
-    int err = ferror(f);
+    const bool failed = ferror(f);
+    const int err = errno;
     fclose(f);
-    if (!buf || err) {
-        fprintf(stderr, "muser: cannot read %s\n", path);
+    if (!buf || failed) {
+        fprintf(stderr, "muser: cannot read %s: %s\n", path, buf ? strerror(err) : "out of memory");
         free(buf);
         return NULL;
     }
     buf[n] = 0;
     *size = n;
     return buf;
+}
+
+bool mu_tool_utf8_ok(const char *cmd, const char *what, const char *text, size_t len) {
+    for (size_t i = 0, n; i < len; i += n) {
+        uint32_t cp;
+        if (mu_utf8_next((const uint8_t *)text + i, len - i, &n, &cp) != MU_UTF8_VALID) {
+            fprintf(stderr, "muser %s: %s is not valid UTF-8 (byte %zu is 0x%02x); convert it first, e.g. with iconv\n",
+                    cmd, what, i, (unsigned)(uint8_t)text[i]);
+            return false;
+        }
+    }
+    return true;
 }
 
 muser_token *mu_tool_read_token_file(const char *path, int *n) {
@@ -124,4 +165,29 @@ muser_token *mu_tool_read_token_file(const char *path, int *n) {
     }
     *n = count;
     return ids;
+}
+
+uint32_t mu_tool_mix_type(const char *cmd, int mix, const char *name, const char *rule_name, int n_dims,
+                          int64_t row_len, int n_layer) {
+    uint32_t wanted;
+    const uint32_t t = mu_mix_tensor_type((mu_mix)mix, rule_name, n_dims, row_len, n_layer, &wanted);
+    if (t != wanted) {
+        const mu_type_traits *w = mu_type_get(wanted);
+        fprintf(stderr, "muser %s: %s is %s, not %s: its rows of %lld are not a multiple of %s's %d-value blocks%s\n",
+                cmd, name, mu_type_name(t), w->name, (long long)row_len, w->name, w->block_elems,
+                t == MU_TYPE_Q8_0 || wanted == MU_TYPE_Q8_0 ? "" : " (nor of Q8_0's 32)");
+    }
+    return t;
+}
+
+void mu_tool_type_summary(const uint32_t *types, uint64_t n, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (uint32_t t = 0; t < MU_TYPE_COUNT; t++) {
+        uint64_t count = 0;
+        for (uint64_t i = 0; i < n; i++) count += types[i] == t;
+        if (count && len < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s %llu", len ? ", " : "", mu_type_name(t),
+                                    (unsigned long long)count);
+    }
 }

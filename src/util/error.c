@@ -37,7 +37,7 @@ int mu_fail_context(int status, const char *fmt, ...) {
     return status;
 }
 
-static int is_quiet(void) {
+int mu_is_quiet(void) {
     if (quiet < 0) {
         const char *q = getenv("MUSER_QUIET");
         quiet = (q && *q && strcmp(q, "0") != 0) ? 1 : 0;
@@ -48,7 +48,7 @@ static int is_quiet(void) {
 void mu_set_quiet(int q) { quiet = q; }
 
 void mu_warn(const char *fmt, ...) {
-    if (is_quiet()) return;
+    if (mu_is_quiet()) return;
     va_list ap;
     va_start(ap, fmt);
     fputs("muser: warning: ", stderr);
@@ -58,7 +58,7 @@ void mu_warn(const char *fmt, ...) {
 }
 
 void mu_info(const char *fmt, ...) {
-    if (is_quiet()) return;
+    if (mu_is_quiet()) return;
     va_list ap;
     va_start(ap, fmt);
     fputs("muser: ", stderr);

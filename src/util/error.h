@@ -25,4 +25,8 @@ void mu_warn(const char *fmt, ...) MU_PRINTF(1, 2);
 void mu_info(const char *fmt, ...) MU_PRINTF(1, 2);
 void mu_set_quiet(int quiet);
 
+/* "s" unless n is 1: "%d token%s", n, mu_plural_s(n). */
+static inline const char *mu_plural_s(long long n) { return n == 1 ? "" : "s"; }
+int mu_is_quiet(void);
+
 #endif

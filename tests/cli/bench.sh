@@ -22,6 +22,12 @@ jq -e '(.decode | type == "array" and length == 3)
 # bytes per token grow with the KV read at depth
 jq -e '.decode[2].bytes_per_token > .decode[0].bytes_per_token' "$TMP/bench.json" >/dev/null && ok || bad "bytes/token ignore depth"
 
+# default depths: those the model reaches (nano's context is 1024: 0, 512, and its last
+# position, measured n + 1 earlier), and -p (llama-bench's name) for --pp
+expect_status 0 "${B[@]}" -n 2 -p 8 --json
+jq -e '[.decode[].depth] == [0, 512, 1021] and .prefill.tokens == 8' "$TMP/out" >/dev/null && ok \
+  || bad "default depths: $(cat "$TMP/out")"
+
 # Markdown, the profile table, the fast lane
 expect_status 0 "${B[@]}" --depths 0,64 -n 2 --pp 0 --profile --lane fast
 expect_grep "| depth | tok/s | ms/token | bytes/token | GB/s" "$TMP/out"
@@ -46,6 +52,8 @@ jq -e '.membw_gb_s > 0' "$TMP/out" >/dev/null && ok || bad "--membw --json: $(ca
 # bad input: clear messages, exit 2 for usage, 1 for what cannot run
 expect_status 2 "${B[@]}" -t 0
 expect_grep "at least one thread" "$TMP/err"
+expect_status 2 "${B[@]}" -c 100
+expect_grep "not a bench option" "$TMP/err"
 expect_status 2 "${B[@]}" --depths 0,5000
 expect_grep "beyond the model's context" "$TMP/err"
 expect_status 2 "${B[@]}" --pp 4096
@@ -53,6 +61,7 @@ expect_grep "beyond the model's context" "$TMP/err"
 expect_status 2 "${B[@]}" --lane turbo
 expect_status 2 "${B[@]}" --depths 1,x
 expect_status 2 "$M" bench
+expect_grep "bench: -m MODEL (or --membw) is required" "$TMP/err"
 expect_status 1 "$M" bench -m "$TMP/missing.gguf"
 # a model larger than the machine's memory (a sparse file: no disk used)
 mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)

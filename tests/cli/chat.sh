@@ -7,7 +7,14 @@
 printf 'hello there\nsecond turn\n/reset\nhi again\n/exit\nnever read\n' > "$TMP/in"
 expect_status 0 "$M" chat -m "$TMP/nano.gguf" -n 6 -t 1 --seed 1 < "$TMP/in"
 expect_grep "(conversation cleared)" "$TMP/out"
+expect_grep "seed 1\. " "$TMP/err"
 [ "$(grep -c . "$TMP/out")" -ge 3 ] && ok || bad "expected three answers"
+
+# a line that is not UTF-8 is refused, and the chat goes on
+printf 'caf\xe9\nhello\n' > "$TMP/in_latin1"
+expect_status 0 "$M" chat -m "$TMP/nano.gguf" -n 3 -t 1 --seed 1 < "$TMP/in_latin1"
+expect_grep "the line is not valid UTF-8 (byte 3 is 0xe9)" "$TMP/err"
+[ "$(grep -c . "$TMP/out")" -ge 1 ] && ok || bad "no answer after the refused line"
 
 # closed stdin: a clean exit
 expect_status 0 "$M" chat -m "$TMP/nano.gguf" -n 4 -t 1 < /dev/null

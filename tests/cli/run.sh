@@ -20,6 +20,34 @@ cmp -s "$TMP/want" "$TMP/got" && ok || bad "ref backend greedy prefix differs"
 expect_status 0 "$M" run -p "Once upon a time" --temp 0 -n 20 -t 1
 expect_grep "^Once upon a time, there was a little" "$TMP/out"
 
+# llama.cpp's long option names
+expect_status 0 "$M" run --model "$SRC/models/stories260K/stories260K.gguf" --ctx-size 64 --threads 1 --batch-size 8 \
+  --n-predict 3 --temp 0 --prompt "Once"
+expect_grep "decode: 3 tokens" "$TMP/err"
+printf 'Once upon' > "$TMP/prompt.txt"
+expect_status 0 "$M" run --file "$TMP/prompt.txt" -n 1 --temp 0 -t 1
+expect_grep "^Once upon" "$TMP/out"
+expect_grep "prompt: 3 tokens, .* | decode: 1 token, " "$TMP/err"
+expect_status 2 "$M" run -p "Once" -f "$TMP/prompt.txt"
+expect_grep "not both" "$TMP/err"
+expect_status 2 "$M" run -n 2 extra
+expect_grep "unexpected argument 'extra'" "$TMP/err"
+expect_status 0 "$M" run -n 2 -t 1000
+expect_grep "run: -t 1000 is more than the $(nproc) cores\? online; using $(nproc)" "$TMP/err"
+
+# no --seed: a random seed, printed with the timings; --seed with it repeats the text
+expect_status 0 "$M" run --temp 1 -n 48 -t 1
+seed=$(sed -n 's/.*| seed \([0-9]*\)$/\1/p' "$TMP/err")
+cp "$TMP/out" "$TMP/random_run"
+[ -n "$seed" ] && ok || bad "no seed printed: $(cat "$TMP/err")"
+expect_status 0 "$M" run --temp 1 -n 48 -t 1 --seed "${seed:-0}"
+cmp -s "$TMP/out" "$TMP/random_run" && ok || bad "--seed $seed did not repeat the run"
+expect_grep "| seed $seed$" "$TMP/err"
+s1=$seed
+"$M" run --temp 1 -n 4 -t 1 > /dev/null 2> "$TMP/err2"
+s2=$(sed -n 's/.*| seed \([0-9]*\)$/\1/p' "$TMP/err2")
+[ "$s1" != "$s2" ] && ok || bad "two runs without --seed drew the same seed $s1"
+
 # sampling: same seed, same text; another seed, another text
 "$M" run --temp 1 --top-p 0.9 --seed 42 -n 64 -t 1 > "$TMP/a" 2>/dev/null
 "$M" run --temp 1 --top-p 0.9 --seed 42 -n 64 -t 1 > "$TMP/b" 2>/dev/null
@@ -39,7 +67,32 @@ expect_status 2 "$M" run -t 0
 python_free_long=$(head -c 4000 /dev/zero | tr '\0' 'a')
 expect_status 1 "$M" run -p "$python_free_long" -c 64
 expect_grep "context" "$TMP/err"
+# text that is not UTF-8 is refused, never turned into U+FFFD
 printf 'bad \xff\xfe utf8 \xc3' > "$TMP/bad.txt"
-expect_status 0 "$M" run -f "$TMP/bad.txt" -n 5 -t 1
+expect_status 1 "$M" run -f "$TMP/bad.txt" -n 5 -t 1
+expect_grep "bad.txt is not valid UTF-8 (byte 4 is 0xff)" "$TMP/err"
+expect_status 1 "$M" run -p "$(printf 'caf\xc3')" -n 5 -t 1
+expect_grep "the prompt is not valid UTF-8 (byte 3 is 0xc3)" "$TMP/err"
+expect_status 0 "$M" run -p "café ☕" -n 2 -t 1
 expect_status 1 "$M" run -f /nonexistent.txt
+expect_grep "cannot open /nonexistent.txt: No such file or directory" "$TMP/err"
+expect_status 1 "$M" run -f "$TMP"
+expect_grep "cannot read .*: it is a directory" "$TMP/err"
+
+# -n -1 runs to a full context: -c, else the file's (models/README.md says which it is for stories260K)
+expect_status 0 "$M" run -n -1 -c 300 --temp 0 -t 1
+expect_grep "the context is full (300 tokens)" "$TMP/err"
+ctx=$("$M" inspect "$SRC/models/stories260K/stories260K.gguf" | sed -n 's/.*n_ctx_train \([0-9]*\)$/\1/p')
+grep -q "the file says $ctx (" "$SRC/models/README.md" && ok || bad "models/README.md does not give the file's context ($ctx)"
+
+# Ctrl-C stops the generation cleanly: the text so far, the timing line, exit status 130
+"$M" run -m "$DATA/fixtures/nano/nano-Q8_0.gguf" --backend ref -n -1 -t 1 -p "Once" > "$TMP/int_out" 2> "$TMP/int_err" &
+pid=$!
+for _ in $(seq 600); do [ -s "$TMP/int_out" ] && break; sleep 0.05; done
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" = 130 ] && ok || bad "Ctrl-C: exit $rc (want 130): $(cat "$TMP/int_err")"
+expect_grep "muser run: interrupted" "$TMP/int_err"
+expect_grep "| decode: [0-9]* tokens\?, .* | seed [0-9]*$" "$TMP/int_err"
 finish

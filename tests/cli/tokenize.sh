@@ -86,6 +86,18 @@ expect_rc 2 "no text" -m "$nano"
 expect_rc 2 "both -p and --file" -m "$nano" -p x --file y
 expect_rc 2 "unknown option" -m "$nano" -p x --frobnicate
 expect_rc 2 "missing value" -m "$nano" -p
+expect_rc 2 "an extra argument" -m "$nano" -p x extra
+expect_rc 1 "text that is not UTF-8" -m "$nano" -p "$(printf 'a\xffb')"
+grep -q "the text is not valid UTF-8 (byte 1 is 0xff)" "$tmp/err"
+check "the invalid byte named" $?
+printf 'ok\n__ggml_vocab_test__\nbad \xc3(\n' > "$tmp/bad.inp"
+expect_rc 1 "a vector file that is not UTF-8" -m "$nano" --file "$tmp/bad.inp"
+expect_rc 1 "a directory as the vector file" -m "$nano" --file "$tmp"
+grep -q "is a directory" "$tmp/err"
+check "a directory named as such" $?
+out=$("$bin" tokenize -m "$nano" -p "H" 2>&1 >/dev/null | head -1)
+[ "$out" = "1 token:" ]
+check "one token, not '1 tokens' ($out)" $?
 
 echo "cli_tokenize: $pass passed, $fail failed"
 [ $fail = 0 ] || exit 1

@@ -438,6 +438,32 @@ describe('a llama model without the chat format', () => {
       (e) => { expectApiError(e, 400, { code: 'unsupported_model' }); assert.match(e.message, /chat format/); return true; });
     assert.equal((await postRaw(srv.url, '/apply-template', JSON.stringify({ messages: user('hi') }))).status, 400);
   });
+
+  test('one log line per request (method, path, status, tokens, ms); none with --quiet', async () => {
+    // the line is written once the answer is out, so the client may see the answer first
+    const logged = async (server, re) => {
+      for (let t0 = Date.now(); !re.test(server.log()); await new Promise((r) => setTimeout(r, 20)))
+        if (Date.now() - t0 > 5000) assert.fail(`no log line ${re} in:\n${server.log()}`);
+    };
+    await client.completions.create({ prompt: 'Once upon a time', max_tokens: 3, temperature: 0 });
+    await logged(srv, /muser serve: POST \/v1\/completions 200, 5 prompt \+ 3 completion tokens, \d+ ms\n/);
+    const stream = await client.completions.create({ prompt: 'Once', max_tokens: 2, temperature: 0, stream: true });
+    for await (const chunk of stream) assert.ok(chunk);
+    await logged(srv, /muser serve: POST \/v1\/completions 200, \d+ prompt \+ 2 completion tokens, \d+ ms\n/);
+    await getJson(srv.url, '/health');
+    await logged(srv, /muser serve: GET \/health 200, \d+ ms\n/);
+    await postRaw(srv.url, '/nowhere', '{}');
+    await logged(srv, /muser serve: POST \/nowhere 404, \d+ ms\n/);
+
+    // --seed makes requests without a seed repeatable (without it each draws its own)
+    const quiet = await startServer(['--parallel', '1', '--quiet', '--seed', '5'], { model: process.env.MUSER_LLAMA_MODEL });
+    await getJson(quiet.url, '/health');
+    const ask = () => quiet.client().completions.create({ prompt: 'Once', max_tokens: 24, temperature: 1.5 });
+    const [a, b] = [await ask(), await ask()];
+    assert.equal(a.choices[0].text, b.choices[0].text);
+    await quiet.stop();
+    assert.doesNotMatch(quiet.log(), /GET|POST/);
+  });
 });
 
 describe('shutdown while requests run', () => {

@@ -1,0 +1,1 @@
+muser_c_test(progress LABELS unit)
