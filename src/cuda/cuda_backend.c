@@ -396,17 +396,18 @@ void mu_cuda_pair_launches(const mu_backend *base, long long *eligible, long lon
     *paired = b->pair_counts[1];
 }
 
-/* One line: the device and the settings in use. */
-static void describe(cuda_backend *b, const struct cudaDeviceProp *prop) {
+/* One line: the device, what the session holds on it, the settings in use. */
+static void describe(cuda_backend *b, const struct cudaDeviceProp *prop, uint64_t kv_bytes, uint64_t act_bytes) {
     char tune[512];
     mu_cuda_tuning_format(&b->tune, tune, sizeof tune);
     snprintf(b->desc, sizeof b->desc,
-             "%.120s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, prefill cache %s, weights %s, decode norms %s; "
-             "tuning: %.480s",
+             "%.120s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, decode norms %s; GPU memory: weights %.2f GB (%s), "
+             "f16 prefill cache %.2f GB, KV %.2f GB, buffers %.2f GB; tuning: %.400s",
              prop->name, prop->totalGlobalMem / 1e9, prop->major, prop->minor, prop->multiProcessorCount,
-             b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16", b->w->f16bytes ? "on" : "off",
-             b->tp ? "this rank's" : "shared by the model's sessions",
-             b->norm_in ? "formed by their consumers" : "in the producers' tails", tune);
+             b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
+             b->norm_in ? "formed by their consumers" : "in the producers' tails", b->w->wbytes / 1e9,
+             b->tp ? "this rank's" : "shared by the model's sessions", b->w->f16bytes / 1e9, kv_bytes / 1e9,
+             act_bytes / 1e9, tune);
 }
 
 /* Bytes of the activation buffers (rank_new allocates them). */
@@ -550,7 +551,7 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     else RC(cuda_dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
     RC(cuda_sync_checked(b));
     if (uploaded && !b->tp) cuda_weights_publish(b->w);
-    describe(b, &prop);
+    describe(b, &prop, kv_bytes, activation_bytes(b, parts));
     return 0;
 }
 
