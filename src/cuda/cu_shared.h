@@ -36,6 +36,8 @@ extern "C" {
  *   Q5_K: qs 128 B/block, qh 32 B/block, meta 16 B/block
  *   Q6_K: qs 128 B/block, qh 64 B/block, meta (scales) 16 B/block, d
  *   Q8_0: qs 32 B/block, d;   Q4_0: qs 16 B/block, d
+ *   Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K: qs in 16-byte units, the
+ *     high bits, scale bytes and f16 scales apart (cu_units.cuh, TIv)
  *   F32, F16, BF16: the rows as they are, in qs.
  * Same bytes as the file, only moved (the K-quants' order within a block
  * is described in cu_kq.cuh); each stream is row-major. */
