@@ -149,7 +149,7 @@ void cuda_rank_free(cuda_backend *b) {
     if (b->h_rec) cudaFreeHost(b->h_rec);
     if (b->h_best) cudaFreeHost(b->h_best);
     if (b->h_logits) cudaFreeHost(b->h_logits);
-    if (b->blas) cublasDestroy(b->blas);
+    if (b->blas) b->cublas->destroy(b->blas);
     if (b->exec.stream) cudaStreamDestroy(b->exec.stream);
     free(b->planes);
     free(b->kc);
@@ -474,8 +474,12 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     CU_CHECK(cudaGetDeviceProperties(&prop, device));
     b->smem_optin = (int)prop.sharedMemPerBlockOptin;
     CU_CHECK(cudaStreamCreateWithFlags(&b->exec.stream, cudaStreamNonBlocking));
-    if (cublasCreate(&b->blas) != CUBLAS_STATUS_SUCCESS) return mu_fail(MUSER_EBACKEND, "cannot initialize cuBLAS");
-    cublasSetStream(b->blas, b->exec.stream);
+    RC(mu_cublas_load(&b->cublas));
+    if (b->cublas->create(&b->blas) != CUBLAS_STATUS_SUCCESS) {
+        b->blas = NULL;
+        return mu_fail(MUSER_EBACKEND, "cannot initialize cuBLAS");
+    }
+    b->cublas->set_stream(b->blas, b->exec.stream);
 
     /* the memory plan, before any large allocation */
     b->kv_elem = b->kv_f32 ? 4 : 2;

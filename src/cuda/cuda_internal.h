@@ -13,6 +13,7 @@
  *   cuda_batch.c    one token for each of several sessions
  *   cuda_tp.c       tensor parallel over NCCL, a backend of its own
  *   cuda_tuning.c   the settings table
+ *   cuda_blas.c     cuBLAS, loaded on first use
  */
 #ifndef MU_CUDA_INTERNAL_H
 #define MU_CUDA_INTERNAL_H
@@ -25,6 +26,7 @@
 #include "cuda/cu_attn.h"
 #include "cuda/cu_matvec.h"
 #include "cuda/cu_shared.h"
+#include "cuda/cuda_blas.h"
 #include "cuda/cuda_tuning.h"
 #include "engine/engine.h"
 #include "util/error.h"
@@ -103,6 +105,7 @@ typedef struct cuda_backend {
     long long pair_counts[2]; /* matvec launches that could pair, and did (exec.pair_counts) */
     int device;
     char desc[1024];
+    const mu_cublas *cublas; /* the loaded library (cuda_blas.h) */
     cublasHandle_t blas;
     bool fast, kv_f32;    /* the fast lane (int8 activations); f32 KV            */
     bool tp;              /* a tensor-parallel rank (m is its shard)              */

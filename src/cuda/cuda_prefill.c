@@ -20,12 +20,12 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
             CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, true, b->exec.stream));
             W = b->wtmp;
         }
-        BLAS_CHECK(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, W, CUDA_R_16F,
+        BLAS_CHECK(b->cublas->gemm_ex(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, W, CUDA_R_16F,
                                 (int)cols, A, CUDA_R_16F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
     } else {
         CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, false, b->exec.stream));
-        BLAS_CHECK(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, b->wtmp, CUDA_R_32F,
+        BLAS_CHECK(b->cublas->gemm_ex(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, b->wtmp, CUDA_R_32F,
                                 (int)cols, A, CUDA_R_32F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy,
                                 CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
     }
