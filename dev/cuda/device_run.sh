@@ -9,7 +9,7 @@
 #   lib/      shared libraries the GPU machine lacks (pcre2, cjson, microhttpd)
 #   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
 #
-#   bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [ROUNDS]
+#   [PP=512] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [ROUNDS]
 # Logs go to $OUT (or /tmp/cuda-run).
 set -u
 D=.devtree
@@ -84,8 +84,9 @@ case " $MODES " in *" ab "*)
             [ -x $D/$v/muser ] || continue
             stamp "bench $v round $r"
             with $v env MUSER_QUIET=1 timeout 200 $D/$v/muser bench -m $M --backend cuda --lane fast \
-                --depths 0,32768 -n 64 --pp 0 >"$OUT/bench_${v}_$r.md" 2>"$OUT/bench_${v}_$r.err"
+                --depths 0,32768 -n 64 --pp "${PP:-0}" >"$OUT/bench_${v}_$r.md" 2>"$OUT/bench_${v}_$r.err"
             echo "rc=$? $(grep -E '^\| [0-9]' "$OUT/bench_${v}_$r.md" | awk -F'|' '{printf "d%s %s tok/s; ", $2, $3}')"
+            grep -iE "^prefill|pp[0-9]" "$OUT/bench_${v}_$r.md" | head -2
         done
     done
     ;;
