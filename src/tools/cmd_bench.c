@@ -21,13 +21,14 @@
 #include "cpu/pool.h"
 #include "engine/engine.h"
 #include "tools/args.h"
+#include "tools/bench.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 #include "util/clock.h"
 
 #define MAX_DEPTHS 32
 #define MEMBW_MIB 1024 /* default probe buffer: far beyond any L3 */
-#define MEMBW_PASSES 5                 /* right before each depth */
+#define MEMBW_PASSES MU_BENCH_MEMBW_PASSES /* right before each depth */
 #define PREFILL_REPS 3
 
 static void usage(FILE *out) {
@@ -35,6 +36,7 @@ static void usage(FILE *out) {
             "usage: muser bench -m MODEL [--depths 0,512,2048,8192,32768,131072] [-n TOKENS] [--pp 512]\n"
             "                   [--threads N] [--lane auto|exact|fast] [--backend cpu|cuda] [--gpus N] [--kv f16|f32]\n"
             "                   [--json] [--plot FILE.png] [--profile] [--membw-mib MIB]\n"
+            "       muser bench -m MODEL --parallel 1,2,4,8,16,32,64 [--depths 0] [--rounds R] [-n STEPS] [...]\n"
             "       muser bench --membw [--threads N] [--json] [--membw-mib MIB]\n"
             "Decode tok/s at each KV depth (median over -n tokens, default 16), bytes read per token (the\n"
             "file's tensor types plus the KV read at that depth), achieved GB/s and its share of the\n"
@@ -42,15 +44,19 @@ static void usage(FILE *out) {
             "with N threads right before each depth, since a shared machine's bandwidth drifts; with\n"
             "--backend cuda the GPU's device-to-device copy bandwidth instead), and\n"
             "prefill tok/s for --pp tokens (0: skip). Depths are filled with random finite K/V, no\n"
-            "prefill. --profile adds a table per op family. Markdown on stdout; --json prints one object.\n",
-            MEMBW_PASSES);
+            "prefill. --profile adds a table per op family. Markdown on stdout; --json prints one object.\n"
+            "--parallel: B sessions decode together, one row each per step, for each width B (1 to %d) at\n"
+            "each depth (default 0): step time, tok/s in all, GB/s and share; --rounds R runs the widths\n"
+            "in turn R times (default 1) and takes the median of all steps.\n",
+            MEMBW_PASSES, MU_BENCH_WIDTH_MAX);
 }
 
 typedef struct bench {
     const char *model_path, *plot;
     long depths[MAX_DEPTHS];
     int n_depths, n_gen, pp, membw_mib;
-    bool json, profile, membw_only;
+    int widths[MU_BENCH_MAX_WIDTHS], n_widths, rounds; /* --parallel, --rounds */
+    bool json, profile, membw_only, depths_given;
     muser_session_params sp;
 } bench;
 
@@ -61,8 +67,7 @@ typedef struct depth_result {
     double prof_token_ms;
 } depth_result;
 
-/* MemTotal and MemAvailable in bytes (0 when unknown). */
-static void memory_info(uint64_t *total, uint64_t *avail) {
+void mu_bench_memory_info(uint64_t *total, uint64_t *avail) {
     *total = *avail = 0;
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return;
@@ -75,7 +80,7 @@ static void memory_info(uint64_t *total, uint64_t *avail) {
     fclose(f);
 }
 
-static void cpu_name(char *out, size_t cap) {
+void mu_bench_cpu_name(char *out, size_t cap) {
     snprintf(out, cap, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
@@ -123,6 +128,11 @@ static int parse(bench *b, int argc, char **argv) {
             if (!mu_arg_str(&a, &b->model_path)) return 2;
         } else if (mu_arg_is(&a, NULL, "--depths")) {
             if (!mu_arg_int_list(&a, b->depths, MAX_DEPTHS, &b->n_depths)) return 2;
+            b->depths_given = true;
+        } else if (mu_arg_is(&a, NULL, "--parallel")) {
+            if (!mu_bench_parse_widths(&a, b->widths, MU_BENCH_MAX_WIDTHS, &b->n_widths)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--rounds")) {
+            if (!mu_arg_int(&a, 1, 64, &b->rounds)) return 2;
         } else if (mu_arg_is(&a, "-n", "--n-gen")) {
             if (!mu_arg_int(&a, 1, 100000, &b->n_gen)) return 2;
         } else if (mu_arg_is(&a, NULL, "--pp")) {
@@ -163,14 +173,14 @@ static int parse(bench *b, int argc, char **argv) {
 /* Fails (1) when the file cannot fit in memory: decode reads every weight
  * once per token, so a model the page cache cannot hold would be read from
  * disk for every token and the numbers would measure the disk. */
-static int check_memory(const char *path) {
+int mu_bench_check_memory(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) {
         fprintf(stderr, "muser bench: cannot open %s: %s\n", path, strerror(errno));
         return 1;
     }
     uint64_t total, avail;
-    memory_info(&total, &avail);
+    mu_bench_memory_info(&total, &avail);
     const double gb = 1e9;
     if (total && (uint64_t)st.st_size > total) {
         fprintf(stderr,
@@ -204,7 +214,7 @@ static bool decode_tokens(muser_session *s, int n, muser_token tok, double *ms) 
 /* The ceiling for each depth: the backend's own (a GPU's device-to-device
  * copy) when it has one, else the host's read bandwidth, MEMBW_PASSES
  * passes right before the depth. */
-static int measure_ceiling(muser_session *s, mu_membw_probe *probe, double *bw) {
+int mu_bench_measure_ceiling(muser_session *s, mu_membw_probe *probe, double *bw) {
     mu_backend *be = mu_session_backend_of(s);
     if (be->ops->membw) {
         const char *what = NULL;
@@ -222,7 +232,7 @@ static int run_depth(muser_session *s, const mu_model *m, const bench *b, long d
     r->depth = depth;
     r->measured_depth = measured;
     double bw[MEMBW_PASSES];
-    if (measure_ceiling(s, probe, bw)) return 1;
+    if (mu_bench_measure_ceiling(s, probe, bw)) return 1;
     memcpy(all_bw, bw, sizeof bw);
     const double membw = mu_median(bw, MEMBW_PASSES);
     r->membw = membw;
@@ -382,11 +392,28 @@ static void print_json(const bench *b, const depth_result *r, int n, int pp, dou
     cJSON_Delete(o);
 }
 
+/* --parallel: the batch-width ladder (bench_parallel.c). */
+static int bench_parallel(const bench *b) {
+    if (!b->n_widths || b->profile || b->plot || b->membw_only) {
+        fprintf(stderr, "muser bench: %s\n",
+                !b->n_widths ? "--rounds needs --parallel" : "--parallel does not take --profile, --plot or --membw");
+        return 2;
+    }
+    static const long depth0 = 0;
+    mu_bench_parallel p = {.model_path = b->model_path, .sp = b->sp, .n_widths = b->n_widths,
+                           .depths = b->depths_given ? b->depths : &depth0, .n_depths = b->depths_given ? b->n_depths : 1,
+                           .n_gen = b->n_gen, .rounds = b->rounds ? b->rounds : 1, .membw_mib = b->membw_mib,
+                           .json = b->json};
+    memcpy(p.widths, b->widths, sizeof p.widths);
+    return mu_bench_parallel_run(&p);
+}
+
 int cmd_bench(int argc, char **argv) {
     bench b;
     int rc = parse(&b, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
-    if (!b.membw_only && check_memory(b.model_path)) return 1;
+    if (b.n_widths || b.rounds) return bench_parallel(&b);
+    if (!b.membw_only && mu_bench_check_memory(b.model_path)) return 1;
 
     muser_model *model = NULL;
     const mu_model *m = NULL;
@@ -495,9 +522,9 @@ int cmd_bench(int argc, char **argv) {
         print_json(&b, res, b.n_depths, b.pp, pp_tok_s, bw_median, isa);
     } else {
         char cpu[256];
-        cpu_name(cpu, sizeof cpu);
+        mu_bench_cpu_name(cpu, sizeof cpu);
         uint64_t total, avail;
-        memory_info(&total, &avail);
+        mu_bench_memory_info(&total, &avail);
         const char *base = strrchr(b.model_path, '/') ? strrchr(b.model_path, '/') + 1 : b.model_path;
         printf("# muser bench: %s\n\n", base);
         printf("- machine: %s, %d cores online, %.1f GiB RAM; kernels: %s; %d threads\n", cpu, mu_cpu_count(),
