@@ -21,6 +21,7 @@
 #include "cpu/pool.h"
 #include "engine/engine.h"
 #include "tools/args.h"
+#include "tools/bench.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 #include "util/clock.h"
@@ -28,7 +29,7 @@
 
 #define MAX_DEPTHS 32
 #define MEMBW_MIB 1024 /* default probe buffer: far beyond any L3 */
-#define MEMBW_PASSES 5                 /* right before each depth */
+#define MEMBW_PASSES MU_BENCH_MEMBW_PASSES /* right before each depth */
 #define PREFILL_REPS 3
 
 static void usage(FILE *out) {
@@ -39,7 +40,10 @@ static void usage(FILE *out) {
             "tensor types plus the KV read at that depth), achieved GB/s and its share of the machine's\n"
             "read bandwidth (measured every run right before each depth, since a shared machine's\n"
             "bandwidth drifts; with --backend cuda the GPU's device-to-device copy bandwidth instead),\n"
-            "and prefill tok/s. Depths are filled with random finite K/V, no prefill. Markdown on stdout.\n\n"
+            "and prefill tok/s. Depths are filled with random finite K/V, no prefill. Markdown on stdout.\n"
+            "--parallel: B sessions decode together, one row each per step, for each width B (1 to %d) at\n"
+            "each depth (default 0): step time, tok/s in all, GB/s and share; --rounds R runs the widths\n"
+            "in turn R times (default 1) and takes the median of all steps.\n\n"
             "  %-28s GGUF model (required but with --membw)\n"
             "  %-28s KV depths (default: those of 0,512,2048,8192,32768,131072\n"
             "  %-28s inside the model's context, then its last position)\n"
@@ -49,9 +53,12 @@ static void usage(FILE *out) {
             "  %-28s tok/s against depth, drawn with gnuplot (default: none)\n"
             "  %-28s a table per op family: where a token's time goes\n"
             "  %-28s the memory bandwidth alone, no model\n"
-            "  %-28s bandwidth probe buffer, %d passes (default: %d)\n",
-            "-m, --model FILE", "--depths D,D,...", "", "-n, --n-gen N", "-p, --pp, --n-prompt N", "--json",
-            "--plot FILE.png", "--profile", "--membw", "--membw-mib MIB", MEMBW_PASSES, MEMBW_MIB);
+            "  %-28s bandwidth probe buffer, %d passes (default: %d)\n"
+            "  %-28s B sessions decoding together, per width (default: none)\n"
+            "  %-28s rounds of the widths, alternating (default: 1)\n",
+            MU_BENCH_WIDTH_MAX, "-m, --model FILE", "--depths D,D,...", "", "-n, --n-gen N", "-p, --pp, --n-prompt N", "--json",
+            "--plot FILE.png", "--profile", "--membw", "--membw-mib MIB", MEMBW_PASSES, MEMBW_MIB,
+            "--parallel B,B,...", "--rounds R");
     mu_tool_session_help(out, "cpu|cuda", NULL);
 }
 
@@ -59,7 +66,8 @@ typedef struct bench {
     const char *model_path, *plot;
     long depths[MAX_DEPTHS];
     int n_depths, n_gen, pp, membw_mib;
-    bool json, profile, membw_only;
+    int widths[MU_BENCH_MAX_WIDTHS], n_widths, rounds; /* --parallel, --rounds */
+    bool json, profile, membw_only, depths_given;
     muser_session_params sp;
 } bench;
 
@@ -70,8 +78,7 @@ typedef struct depth_result {
     double prof_token_ms;
 } depth_result;
 
-/* MemTotal and MemAvailable in bytes (0 when unknown). */
-static void memory_info(uint64_t *total, uint64_t *avail) {
+void mu_bench_memory_info(uint64_t *total, uint64_t *avail) {
     *total = *avail = 0;
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return;
@@ -84,7 +91,7 @@ static void memory_info(uint64_t *total, uint64_t *avail) {
     fclose(f);
 }
 
-static void cpu_name(char *out, size_t cap) {
+void mu_bench_cpu_name(char *out, size_t cap) {
     snprintf(out, cap, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
@@ -130,6 +137,11 @@ static int parse(bench *b, int argc, char **argv) {
             if (!mu_arg_str(&a, &b->model_path)) return 2;
         } else if (mu_arg_is(&a, NULL, "--depths")) {
             if (!mu_arg_int_list(&a, b->depths, MAX_DEPTHS, &b->n_depths)) return 2;
+            b->depths_given = true;
+        } else if (mu_arg_is(&a, NULL, "--parallel")) {
+            if (!mu_bench_parse_widths(&a, b->widths, MU_BENCH_MAX_WIDTHS, &b->n_widths)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--rounds")) {
+            if (!mu_arg_int(&a, 1, 64, &b->rounds)) return 2;
         } else if (mu_arg_is(&a, "-n", "--n-gen")) {
             if (!mu_arg_int(&a, 1, 100000, &b->n_gen)) return 2;
         } else if (mu_arg_is(&a, "-p", "--pp") || mu_arg_is(&a, NULL, "--n-prompt")) {
@@ -160,14 +172,14 @@ static int parse(bench *b, int argc, char **argv) {
 /* Fails (1) when the file cannot fit in memory: decode reads every weight
  * once per token, so a model the page cache cannot hold would be read from
  * disk for every token and the numbers would measure the disk. */
-static int check_memory(const char *path) {
+int mu_bench_check_memory(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) {
         fprintf(stderr, "muser bench: cannot open %s: %s\n", path, strerror(errno));
         return 1;
     }
     uint64_t total, avail;
-    memory_info(&total, &avail);
+    mu_bench_memory_info(&total, &avail);
     const double gb = 1e9;
     if (total && (uint64_t)st.st_size > total) {
         fprintf(stderr,
@@ -201,7 +213,7 @@ static bool decode_tokens(muser_session *s, int n, muser_token tok, double *ms) 
 /* The ceiling for each depth: the backend's own (a GPU's device-to-device
  * copy) when it has one, else the host's read bandwidth, MEMBW_PASSES
  * passes right before the depth. */
-static int measure_ceiling(muser_session *s, mu_membw_probe *probe, double *bw) {
+int mu_bench_measure_ceiling(muser_session *s, mu_membw_probe *probe, double *bw) {
     mu_backend *be = mu_session_backend_of(s);
     if (be->ops->membw) {
         const char *what = NULL;
@@ -219,7 +231,7 @@ static int run_depth(muser_session *s, const mu_model *m, const bench *b, long d
     r->depth = depth;
     r->measured_depth = measured;
     double bw[MEMBW_PASSES];
-    if (measure_ceiling(s, probe, bw)) return 1;
+    if (mu_bench_measure_ceiling(s, probe, bw)) return 1;
     memcpy(all_bw, bw, sizeof bw);
     const double membw = mu_median(bw, MEMBW_PASSES);
     r->membw = membw;
@@ -379,11 +391,28 @@ static void print_json(const bench *b, const depth_result *r, int n, int pp, dou
     cJSON_Delete(o);
 }
 
+/* --parallel: the batch-width ladder (bench_parallel.c). */
+static int bench_parallel(const bench *b) {
+    if (!b->n_widths || b->profile || b->plot || b->membw_only) {
+        fprintf(stderr, "muser bench: %s\n",
+                !b->n_widths ? "--rounds needs --parallel" : "--parallel does not take --profile, --plot or --membw");
+        return 2;
+    }
+    static const long depth0 = 0;
+    mu_bench_parallel p = {.model_path = b->model_path, .sp = b->sp, .n_widths = b->n_widths,
+                           .depths = b->depths_given ? b->depths : &depth0, .n_depths = b->depths_given ? b->n_depths : 1,
+                           .n_gen = b->n_gen, .rounds = b->rounds ? b->rounds : 1, .membw_mib = b->membw_mib,
+                           .json = b->json};
+    memcpy(p.widths, b->widths, sizeof p.widths);
+    return mu_bench_parallel_run(&p);
+}
+
 int cmd_bench(int argc, char **argv) {
     bench b;
     int rc = parse(&b, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
-    if (!b.membw_only && check_memory(b.model_path)) return 1;
+    if (b.n_widths || b.rounds) return bench_parallel(&b);
+    if (!b.membw_only && mu_bench_check_memory(b.model_path)) return 1;
 
     muser_model *model = NULL;
     const mu_model *m = NULL;
@@ -498,9 +527,9 @@ int cmd_bench(int argc, char **argv) {
         print_json(&b, res, b.n_depths, b.pp, pp_tok_s, bw_median, isa);
     } else {
         char cpu[256];
-        cpu_name(cpu, sizeof cpu);
+        mu_bench_cpu_name(cpu, sizeof cpu);
         uint64_t total, avail;
-        memory_info(&total, &avail);
+        mu_bench_memory_info(&total, &avail);
         const char *base = strrchr(b.model_path, '/') ? strrchr(b.model_path, '/') + 1 : b.model_path;
         printf("# muser bench: %s\n\n", base);
         printf("- machine: %s, %d core%s online, %.1f GiB RAM; kernels: %s; %d thread%s\n", cpu, mu_cpu_count(),

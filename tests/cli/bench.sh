@@ -49,6 +49,34 @@ expect_grep "memory read bandwidth" "$TMP/out"
 expect_status 0 "$M" bench --membw --membw-mib 64 --json
 jq -e '.membw_gb_s > 0' "$TMP/out" >/dev/null && ok || bad "--membw --json: $(cat "$TMP/out")"
 
+# --parallel: one row per width and depth, the JSON "parallel" array
+expect_status 0 "${B[@]}" --parallel 1,2,4,8,16,32,64 -n 2 --lane fast
+expect_grep "| depth | B | step ms | x one-row step | tok/s | bytes/step | GB/s" "$TMP/out"
+[ "$(grep -c '^| 0 | [0-9]* |' "$TMP/out")" = 7 ] && ok || bad "--parallel: not one row per width: $(cat "$TMP/out")"
+expect_status 0 "${B[@]}" --parallel 1,5,17 --depths 0,900 -n 2 --rounds 2 --json
+jq -e -s 'length == 1' "$TMP/out" >/dev/null && ok || bad "--parallel --json did not print one JSON object"
+jq -e '(.parallel | type == "array" and length == 6)
+       and ([.parallel[].rows] == [1, 5, 17, 1, 5, 17]) and ([.parallel[].depth] == [0, 0, 0, 900, 900, 900])
+       and all(.parallel[]; (.step_ms > 0) and (.tok_s > 0) and (.bytes_per_step > 0) and (.gb_s > 0)
+                            and (.bw_share > 0) and (.membw_gb_s > 0) and (.vs_one_row > 0) and (.steps == 4))
+       and (.parallel[3].bytes_per_step > .parallel[0].bytes_per_step)
+       and (.parallel[5].bytes_per_step > .parallel[3].bytes_per_step)
+       and (.rounds == 2) and (.threads == 2) and (.membw_gb_s > 0) and (.backend == "cpu")' "$TMP/out" >/dev/null \
+  && ok || bad "--parallel JSON shape: $(cat "$TMP/out")"
+# aggregate tok/s is B rows per step
+jq -e 'all(.parallel[]; ((.tok_s * .step_ms / 1000 / .rows) - 1 | fabs) < 1e-6)' "$TMP/out" >/dev/null \
+  && ok || bad "--parallel tok/s is not rows per step time"
+for w in 0 -1 x 257 1,,2 "" 1,300; do
+  expect_status 2 "${B[@]}" --parallel "$w"
+  expect_grep "whole number from 1 to 256" "$TMP/err"
+done
+expect_status 2 "${B[@]}" --parallel 1,2 --profile
+expect_grep "does not take" "$TMP/err"
+expect_status 2 "${B[@]}" --rounds 2
+expect_grep "needs --parallel" "$TMP/err"
+expect_status 2 "${B[@]}" --parallel 2 --depths 1020 -n 8
+expect_grep "do not fit in the model's context" "$TMP/err"
+
 # bad input: clear messages, exit 2 for usage, 1 for what cannot run
 expect_status 2 "${B[@]}" -t 0
 expect_grep "at least one thread" "$TMP/err"
