@@ -9,7 +9,7 @@
 #   lib/      shared libraries the GPU machine lacks (pcre2, cjson, microhttpd)
 #   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
 #
-#   [PP=512] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [ROUNDS]
+#   [PP=512] [WIDTHS=1,2,4] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [parallel] [ROUNDS]
 # Logs go to $OUT (or /tmp/cuda-run).
 set -u
 D=.devtree
@@ -89,6 +89,15 @@ case " $MODES " in *" ab "*)
             grep -iE "^prefill|pp[0-9]" "$OUT/bench_${v}_$r.md" | head -2
         done
     done
+    ;;
+esac
+case " $MODES " in *" parallel "*)
+    # the batch-width ladder of the build under test (several sessions, one row each a step)
+    while pgrep -f "synth --preset 30b" >/dev/null; do sleep 2; done
+    stamp "bench --parallel (new)"
+    with new env MUSER_QUIET=1 timeout 300 $D/new/muser bench -m $M --backend cuda --lane fast --parallel "${WIDTHS:-1,2,4,8,16}" \
+        --depths 0 -n 16 --rounds 2 >"$OUT/parallel.md" 2>"$OUT/parallel.err"
+    echo "rc=$?"; grep -E "^\| [0-9]" "$OUT/parallel.md"; tail -2 "$OUT/parallel.err"
     ;;
 esac
 stamp done
