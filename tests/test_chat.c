@@ -383,6 +383,11 @@ static void test_parse_tag_lookalikes(void) {
     expect_parse(" to=user<|message|>x < y and a<b, <atem:not a call><|eot|>", NULL, "",
                  "x < y and a<b, <atem:not a call>", NO_CALLS, false);
     expect_parse(" to=user<|message|>a lone <", NULL, "", "a lone <", NO_CALLS, false);
+    /* the longest special-token name (62) is dropped and one longer kept, however the stream is split */
+#define NAME62 "m123456789012345678901234567890123456789012345678901234567890H"
+    expect_parse(" to=user<|message|>a<|" NAME62 "|>b<|eot|>", NULL, "", "ab", NO_CALLS, false);
+    expect_parse(" to=user<|message|>a<|" NAME62 "x|>b<|eot|>", NULL, "", "a<|" NAME62 "x|>b", NO_CALLS, false);
+#undef NAME62
     /* while streaming, a possible tag is held back and then released */
     chat_parser *p = NULL;
     CHECK(chat_parser_new(NULL, &p) == MUSER_OK);
