@@ -107,6 +107,9 @@ bool gguf_str_eq(gguf_str s, const char *c);
 /* Copies into buf (NUL-terminated, truncated to cap-1). */
 const char *gguf_str_copy(gguf_str s, char *buf, size_t cap);
 const char *gguf_type_name(uint32_t type);
+/* Bytes of one value of a fixed-size type; 0 for strings, arrays and
+ * invalid types. */
+size_t gguf_value_type_size(uint32_t type);
 
 /* Typed getters. Return 1 if found and converted, 0 if absent, and a
  * negative status (with a message naming the key) if present with a type

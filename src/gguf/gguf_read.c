@@ -31,7 +31,7 @@ const char *gguf_type_name(uint32_t type) {
     return type < GGUF_TYPE_COUNT ? value_type_names[type] : "invalid";
 }
 
-static size_t value_type_size(uint32_t type) {
+size_t gguf_value_type_size(uint32_t type) {
     switch (type) {
     case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
     case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
@@ -106,7 +106,7 @@ static const char *key_for_msg(gguf_str key, char *buf, size_t cap) {
 
 static int read_scalar(cursor *c, gguf_kv *kv, uint32_t type, const char *field) {
     uint8_t raw[8] = {0};
-    size_t n = value_type_size(type);
+    size_t n = gguf_value_type_size(type);
     int rc = read_bytes(c, raw, n, field);
     if (rc) return rc;
     switch (type) {
@@ -167,7 +167,7 @@ static int read_kv(cursor *c, gguf_kv *kv, uint64_t index) {
         }
         return 0;
     }
-    size_t es = value_type_size(kv->arr_type);
+    size_t es = gguf_value_type_size(kv->arr_type);
     if (kv->arr_count > (c->f->size - c->pos) / es) {
         return fail_at(c, arr_at, field, "array count exceeds what the file could hold");
     }
@@ -539,7 +539,7 @@ static int64_t float_to_i64(double x) {
 }
 
 int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i) {
-    const uint8_t *p = kv->arr_data + i * value_type_size(kv->arr_type);
+    const uint8_t *p = kv->arr_data + i * gguf_value_type_size(kv->arr_type);
     switch (kv->arr_type) {
     case GGUF_TYPE_UINT8: case GGUF_TYPE_BOOL: return *p;
     case GGUF_TYPE_INT8: return (int8_t)*p;
@@ -556,7 +556,7 @@ int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i) {
 }
 
 double gguf_arr_float(const gguf_kv *kv, uint64_t i) {
-    const uint8_t *p = kv->arr_data + i * value_type_size(kv->arr_type);
+    const uint8_t *p = kv->arr_data + i * gguf_value_type_size(kv->arr_type);
     if (kv->arr_type == GGUF_TYPE_FLOAT32) {
         float x;
         memcpy(&x, p, 4);
