@@ -105,6 +105,11 @@ int mu_ref_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
 /* MUSER_EBACKEND with a clear message when there is no usable GPU. */
 int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
 
+/* muser_model_load (vocab_only: muser_model_load_vocab) of an opened file,
+ * which the model then owns; on failure f is closed. For files in memory
+ * (gguf_open_memory): the fuzz targets. */
+int mu_model_from_gguf(gguf_file *f, bool vocab_only, muser_model **out);
+
 /* Feeds one token and chooses the next through the backend's decode_select
  * (device-side on CUDA), else from the logits on the host; the session
  * advances by one position. Logits are kept only when keep_logits. */
