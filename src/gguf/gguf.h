@@ -97,7 +97,8 @@ typedef struct gguf_file {
  * what is wrong and where. */
 int gguf_open(const char *path, gguf_file **out);
 /* Validates a buffer the caller owns (fuzzing, tests); label names it in
- * messages. The buffer must outlive the gguf_file. */
+ * messages. The buffer must be 8-byte aligned (as malloc's are) and
+ * outlive the gguf_file. */
 int gguf_open_memory(const void *data, size_t size, const char *label, gguf_file **out);
 void gguf_close(gguf_file *f);
 

@@ -295,8 +295,10 @@ static int parse(gguf_file *f) {
     if (al) {
         if (al->type != GGUF_TYPE_UINT32 && al->type != GGUF_TYPE_UINT64)
             return fail_at(&c, al->offset, "general.alignment", "must be an unsigned integer");
-        if (al->v.u64 == 0 || al->v.u64 > GGUF_MAX_ALIGNMENT || (al->v.u64 & (al->v.u64 - 1)))
-            return fail_at(&c, al->offset, "general.alignment", "must be a power of two up to 1 MiB");
+        /* The spec asks for a multiple of 8; with it every tensor's blocks
+         * are aligned for their fields (2- and 4-byte scales). */
+        if (al->v.u64 < 8 || al->v.u64 > GGUF_MAX_ALIGNMENT || (al->v.u64 & (al->v.u64 - 1)))
+            return fail_at(&c, al->offset, "general.alignment", "must be a power of two from 8 to 1 MiB");
         f->alignment = al->v.u64;
     }
 
@@ -367,6 +369,8 @@ static int finish_open(gguf_file *f, gguf_file **out) {
 
 int gguf_open_memory(const void *data, size_t size, const char *label, gguf_file **out) {
     *out = NULL;
+    if (size && (uintptr_t)data % 8)
+        return mu_fail(MUSER_EINVAL, "%s: the GGUF buffer must be 8-byte aligned", label ? label : "<memory>");
     gguf_file *f = calloc(1, sizeof *f);
     if (!f) return mu_fail(MUSER_ENOMEM, "out of memory");
     f->path = strdup(label ? label : "<memory>");
