@@ -21,7 +21,8 @@ function(muser_fuzz_target name)
     add_test(NAME fuzz_replay_${name} COMMAND ${exe} ${corpus})
   endif()
   target_link_libraries(${exe} PRIVATE muser_core)
-  target_compile_definitions(${exe} PRIVATE MUSER_FUZZ_VOCAB="${MUSER_FUZZ_VOCAB_DEFAULT}")
+  target_compile_definitions(${exe} PRIVATE MUSER_FUZZ_VOCAB="${MUSER_FUZZ_VOCAB_DEFAULT}"
+    MUSER_FUZZ_VOCAB_DIR="${CMAKE_SOURCE_DIR}/tests/data/vocab")
   set_tests_properties(fuzz_replay_${name} PROPERTIES LABELS fuzz TIMEOUT 600)
 endfunction()
 
