@@ -37,7 +37,7 @@ fi
 # so that a corpus stays small and an execution fast.
 max_len() {
   case "$1" in
-    model) echo 32768 ;;
+    model) echo 16384 ;;
     gguf) echo 16384 ;;
     *) echo 8192 ;;
   esac

@@ -11,8 +11,8 @@
  * is tokenized; ids must lie in the vocabulary, counts must not depend on
  * the buffer, and the streaming detokenizer must emit valid UTF-8. A file
  * that binds and is small enough then runs a short prompt and one sampled
- * token on the CPU backend (lane and KV type picked by the input's size)
- * and one token on the float64 reference.
+ * token on the CPU backend (lane, KV type and instruction set picked by the
+ * input's size) and one token on the float64 reference.
  *
  * The structure-aware mutator (gguf_mutator.c) keeps most inputs valid
  * containers. Seeds: tests/fuzz/corpus/model (tiny models of each
@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/kernels.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "text/utf8.h"
@@ -41,6 +42,8 @@ static const char TEXT[] = "the theater <|eot|> <|start|>assistant<|message|>\n\
                            " <unk> <|eot_id|> 12345 \xff\xc3 ";
 
 static char *prompt; /* the Muse Glimmer prompt of CONVERSATION */
+static const mu_cpu_kernels *isas[8]; /* the kernel tables this CPU runs */
+static int n_isas;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
@@ -48,6 +51,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     mu_set_quiet(1);
     muser_chat_options o = {.add_generation_prompt = true, .current_date = "2026-01-01"};
     if (muser_chat_render(CONVERSATION, TOOLS, &o, &prompt) != 0) abort();
+    n_isas = mu_cpu_kernels_all(isas, 8);
     return 0;
 }
 
@@ -141,7 +145,7 @@ static muser_token *exercise_text(const muser_model *m, int *n) {
 }
 
 /* A short prompt and one sampled token through a backend. */
-static void run_tokens(const muser_model *m, muser_backend backend, int lane_kv, const muser_token *prompt_ids,
+static void run_tokens(const muser_model *m, muser_backend backend, size_t pick, const muser_token *prompt_ids,
                        int n_prompt) {
     muser_model_info info;
     muser_model_get_info(m, &info);
@@ -150,8 +154,9 @@ static void run_tokens(const muser_model *m, muser_backend backend, int lane_kv,
     sp.n_threads = 1;
     sp.n_ctx = info.n_ctx_train < 8 ? info.n_ctx_train : 8;
     sp.n_batch = 4;
-    sp.lane = lane_kv & 1 ? MUSER_LANE_FAST : MUSER_LANE_EXACT;
-    sp.kv_type = lane_kv & 2 ? MUSER_KV_F32 : MUSER_KV_F16;
+    sp.lane = pick & 1 ? MUSER_LANE_FAST : MUSER_LANE_EXACT;
+    sp.kv_type = pick & 2 ? MUSER_KV_F32 : MUSER_KV_F16;
+    if (backend == MUSER_BACKEND_CPU) setenv("MUSER_ISA", isas[(pick >> 2) % (size_t)n_isas]->isa, 1);
     muser_session *s = NULL;
     int rc = muser_session_new(m, &sp, &s);
     if (rc) {
@@ -202,7 +207,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         muser_model_info info;
         muser_model_get_info(model, &info);
         if (info.weight_bytes_per_token <= MAX_CPU_BYTES_PER_TOKEN)
-            run_tokens(model, MUSER_BACKEND_CPU, (int)(size & 3), mids, n_ids);
+            run_tokens(model, MUSER_BACKEND_CPU, size, mids, n_ids);
         if (info.weight_bytes_per_token <= MAX_REF_BYTES_PER_TOKEN)
             run_tokens(model, MUSER_BACKEND_REF, 0, mids, n_ids);
     }
