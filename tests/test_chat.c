@@ -467,6 +467,9 @@ static void test_parse_typed_arguments(void) {
                  (const char *const[]){"{\"n\":42,\"t\":true,\"z\":null,\"l\":[1,\"a\"],\"o\":{\"a\":{}},"
                                        "\"s\":\"hello world\",\"q\":\"\\\"quoted\\\"\",\"e\":\"\",\"u\":\"Grüße 👋\"}"},
                  false);
+    /* arguments are strict JSON: a float beyond double range is null */
+    expect_parse(CALL_TEXT("g", PARAM("big", "1e999") PARAM("l", "[-2E400, 1]")) "<|eot|>", NULL, "", "",
+                 CALLS(1, "g"), (const char *const[]){"{\"big\":null,\"l\":[null,1]}"}, false);
 }
 
 static void test_parse_truncated(void) {
