@@ -180,7 +180,8 @@ const char *muser_model_meta_str(const muser_model *model, const char *key, size
  * written in the text (e.g. "<|eot|>") become their ids; user-defined
  * tokens (Muse Glimmer's <|start|>, <|message|>) are matched either way.
  * Any bytes are accepted: with byte-level BPE, ill-formed UTF-8 comes out
- * as the byte tokens of those bytes (so decoding gives back the input);
+ * as the byte tokens of those bytes (so decoding gives back the input; a
+ * byte the vocabulary has no token for is dropped, as llama.cpp drops it);
  * with SentencePiece vocabularies, as <0xXX> byte tokens. Thread-safe: a
  * model's tokenizer is read-only. */
 int muser_tokenize(const muser_model *model, const char *text, size_t len, bool add_bos,

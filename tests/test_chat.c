@@ -383,6 +383,11 @@ static void test_parse_tag_lookalikes(void) {
     expect_parse(" to=user<|message|>x < y and a<b, <atem:not a call><|eot|>", NULL, "",
                  "x < y and a<b, <atem:not a call>", NO_CALLS, false);
     expect_parse(" to=user<|message|>a lone <", NULL, "", "a lone <", NO_CALLS, false);
+    /* the longest special-token name (62) is dropped and one longer kept, however the stream is split */
+#define NAME62 "m123456789012345678901234567890123456789012345678901234567890H"
+    expect_parse(" to=user<|message|>a<|" NAME62 "|>b<|eot|>", NULL, "", "ab", NO_CALLS, false);
+    expect_parse(" to=user<|message|>a<|" NAME62 "x|>b<|eot|>", NULL, "", "a<|" NAME62 "x|>b", NO_CALLS, false);
+#undef NAME62
     /* while streaming, a possible tag is held back and then released */
     chat_parser *p = NULL;
     CHECK(chat_parser_new(NULL, &p) == MUSER_OK);
@@ -462,6 +467,9 @@ static void test_parse_typed_arguments(void) {
                  (const char *const[]){"{\"n\":42,\"t\":true,\"z\":null,\"l\":[1,\"a\"],\"o\":{\"a\":{}},"
                                        "\"s\":\"hello world\",\"q\":\"\\\"quoted\\\"\",\"e\":\"\",\"u\":\"Grüße 👋\"}"},
                  false);
+    /* arguments are strict JSON: a float beyond double range is null */
+    expect_parse(CALL_TEXT("g", PARAM("big", "1e999") PARAM("l", "[-2E400, 1]")) "<|eot|>", NULL, "", "",
+                 CALLS(1, "g"), (const char *const[]){"{\"big\":null,\"l\":[null,1]}"}, false);
 }
 
 static void test_parse_truncated(void) {

@@ -246,6 +246,35 @@ static void test_corruptions(void) {
     free(buf);
 }
 
+/* general.alignment: the spec's multiples of 8 (powers of two) only, so
+ * that block fields are aligned; and a buffer must be 8-byte aligned. */
+static void test_alignment(void) {
+    for (uint32_t a = 1; a <= 64; a *= 2) {
+        gguf_writer *w = gguf_writer_new();
+        gguf_writer_set_alignment(w, a);
+        gguf_writer_add_u32(w, "general.alignment", a);
+        int64_t ne[1] = {3};
+        gguf_writer_add_tensor(w, "x", MU_TYPE_F16, 1, ne);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *fp = open_memstream(&buf, &len);
+        const uint16_t x[3] = {1, 2, 3};
+        CHECK(gguf_writer_begin(w, fp) == 0 && gguf_writer_write_tensor(w, 0, x) == 0 && gguf_writer_finish(w) == 0);
+        fclose(fp);
+        gguf_writer_free(w);
+        gguf_file *f = NULL;
+        int rc = gguf_open_memory(buf, len, "align", &f);
+        CHECKF(a >= 8 ? rc == 0 : rc == MUSER_EFORMAT && strstr(muser_last_error(), "from 8"), "alignment %u: %d %s", a,
+               rc, muser_last_error());
+        gguf_close(f);
+        char *shifted = malloc(len + 1);
+        memcpy(shifted + 1, buf, len);
+        CHECK(gguf_open_memory(shifted + 1, len, "shifted", &f) == MUSER_EINVAL);
+        free(shifted);
+        free(buf);
+    }
+}
+
 static void test_open_errors(void) {
     gguf_file *f = NULL;
     CHECK(gguf_open("/nonexistent/file.gguf", &f) == MUSER_EIO && f == NULL);
@@ -258,6 +287,7 @@ int main(void) {
     test_round_trip();
     test_truncations();
     test_corruptions();
+    test_alignment();
     test_open_errors();
     return tl_finish("gguf");
 }

@@ -292,6 +292,13 @@ static void test_quantizer(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
         CHECKF(bad == 0, "quantize_act n=%lld: %d elements off by more than half a step", (long long)n, bad);
         free(a), free(b), free(x);
     }
+    /* Non-finite activations (a hostile file's weights) give scales that
+     * say so, never undefined behaviour (the sanitizer suite runs this on
+     * every ISA: gcc's AVX-512 lane sum overflowed on them). */
+    float x[64], row[64];
+    for (int j = 0; j < 64; j++) x[j] = j % 3 == 0 ? NAN : j % 3 == 1 ? INFINITY : -INFINITY;
+    k->quantize_act(x, row, 64);
+    for (int g = 0; g < 4; g++) CHECKF(!isfinite(mu_act_d(row, 64)[g]), "%s: group %d has a finite scale", k->isa, g);
 }
 
 /* ---- attention helpers -------------------------------------------------- */

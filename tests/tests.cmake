@@ -36,9 +36,3 @@ file(GLOB MUSER_TEST_FRAGMENTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cmake
 foreach(fragment ${MUSER_TEST_FRAGMENTS})
   include(${fragment})
 endforeach()
-
-if(MUSER_FUZZ)
-  add_executable(fuzz_gguf tests/fuzz/fuzz_gguf.c)
-  target_link_libraries(fuzz_gguf PRIVATE muser_core)
-  target_link_options(fuzz_gguf PRIVATE -fsanitize=fuzzer)
-endif()

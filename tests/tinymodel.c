@@ -47,6 +47,55 @@ static bool is_bad(const tm_opts *o, const char *name) {
     return !strcmp(base, o->bad_shape);
 }
 
+/* A small vocabulary of exactly o->vocab tokens: the protocol's special
+ * tokens, a few words with merges (gpt2) or scores (llama), then filler. */
+static void add_tokenizer(gguf_writer *w, const tm_opts *o) {
+    const bool bpe = !strcmp(o->tokenizer, "gpt2");
+    static const char *const bpe_base[] = {
+        "<|begin_of_text|>", "<|end_of_text|>", "<|start|>", "<|message|>", "<|eom|>", "<|eot|>",
+        "\xc4\xa0", "t", "h", "e", "a", "\xc4\xa0t", "he", "\xc4\xa0the", "<", "|", ">", "x"};
+    static const char *const spm_base[] = {"<unk>", "<s>", "</s>", "<0x0A>", "<0x20>", "\xe2\x96\x81",
+                                           "\xe2\x96\x81the", "t", "h", "e", "a", "<|eot_id|>"};
+    const char *const *base = bpe ? bpe_base : spm_base;
+    const int n_base = bpe ? (int)(sizeof bpe_base / sizeof *bpe_base) : (int)(sizeof spm_base / sizeof *spm_base);
+    const int n = o->vocab;
+    char (*filler)[16] = calloc((size_t)n, sizeof *filler);
+    const char **texts = calloc((size_t)n, sizeof *texts);
+    int32_t *types = calloc((size_t)n, sizeof *types);
+    float *scores = calloc((size_t)n, sizeof *scores);
+    for (int i = 0; i < n; i++) {
+        if (i < n_base) {
+            texts[i] = base[i];
+        } else {
+            snprintf(filler[i], sizeof filler[i], bpe ? "w%d" : "\xe2\x96\x81w%d", i);
+            texts[i] = filler[i];
+        }
+        /* llama.cpp's token types: 1 normal, 3 control, 6 byte */
+        size_t len = strlen(texts[i]);
+        bool tag = len > 2 && texts[i][0] == '<' && texts[i][len - 1] == '>';
+        types[i] = !tag ? 1 : strncmp(texts[i], "<0x", 3) ? 3 : 6;
+        scores[i] = -(float)i;
+    }
+    gguf_writer_add_str(w, "tokenizer.ggml.model", o->tokenizer);
+    if (bpe && o->pre) gguf_writer_add_str(w, "tokenizer.ggml.pre", o->pre);
+    gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", texts, NULL, (uint64_t)n);
+    gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n);
+    if (bpe) {
+        static const char *const merges[] = {"\xc4\xa0 t", "h e", "\xc4\xa0t he"};
+        gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, NULL, 3);
+        gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 0);
+        gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 5);
+        gguf_writer_add_u32(w, "tokenizer.ggml.eom_token_id", 4);
+    } else {
+        gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n);
+        gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
+    }
+    free(filler);
+    free(texts);
+    free(types);
+    free(scores);
+}
+
 uint8_t *tm_build(const tm_opts *o, size_t *size) {
     const bool mg = !strcmp(o->arch, "muse-glimmer");
     gguf_writer *w = gguf_writer_new();
@@ -90,6 +139,7 @@ uint8_t *tm_build(const tm_opts *o, size_t *size) {
     }
 #undef U32
 #undef F32
+    if (o->tokenizer) add_tokenizer(w, o);
 
     const int64_t E = o->n_embd, Q = (int64_t)o->n_head * o->head_dim, KV = (int64_t)o->n_head_kv * o->head_dim;
     tplan plan[8 + 16 * 64];

@@ -18,6 +18,10 @@ typedef struct tm_opts {
     uint32_t weight_type;      /* type of 2-D weights (default F32)          */
     bool tied_output;          /* llama: no output.weight                    */
     float rope_base_swa;       /* > 0: write rope.freq_base_swa              */
+    const char *tokenizer;     /* NULL: none; "gpt2" (byte-level BPE) or "llama"
+                                  (SentencePiece): `vocab` tokens, the chat
+                                  format's special tokens among them          */
+    const char *pre;           /* gpt2: tokenizer.ggml.pre (NULL: absent)    */
     uint64_t seed;
 } tm_opts;
 

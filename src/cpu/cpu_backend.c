@@ -367,6 +367,26 @@ static const mu_backend_ops cpu_ops = {.name = "cpu",
                                        .fill_kv = cpu_fill_kv,
                                        .profile = cpu_profile};
 
+/* Every weight needs this ISA's kernels: the model binds any type it can
+ * dequantize, some of which (Q8_1, Q8_K: activation formats) the CPU does
+ * not multiply with. */
+static int check_kernels(const mu_cpu_kernels *k, const mu_model *m) {
+    const mu_weight *out = &m->output;
+    if (!k->matvec_f32[out->type] || !k->matmul_f32[out->type]) goto missing;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        const mu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wgate, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            out = ws[i];
+            if (out->data && (!k->matvec_f32[out->type] || !k->matmul_f32[out->type])) goto missing;
+        }
+    }
+    return 0;
+missing:
+    return mu_fail(MUSER_EUNSUPPORTED, "the CPU backend has no %s kernel for tensor '%s' (type %s)", k->isa,
+                   out->name, mu_type_name(out->type));
+}
+
 int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
     *out = NULL;
     const mu_hparams *hp = &m->hp;
@@ -379,6 +399,11 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
     if (!b->k) {
         free(b);
         return mu_fail(MUSER_EUNSUPPORTED, "MUSER_ISA names an instruction set this CPU or build cannot run");
+    }
+    int rc = check_kernels(b->k, m);
+    if (rc) {
+        free(b);
+        return rc;
     }
     b->pool = mu_pool_new(cfg->n_threads);
     if (!b->pool) {
@@ -393,7 +418,6 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
     b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
     b->kcache = calloc((size_t)hp->n_layer, sizeof(void *));
     b->vcache = calloc((size_t)hp->n_layer, sizeof(void *));
-    int rc = 0;
     for (int l = 0; l < hp->n_layer && !rc; l++) {
         const mu_layer *L = &m->layers[l];
         bool ring = L->is_swa && hp->n_swa > 0 && (int64_t)hp->n_swa + cfg->n_batch - 1 < cfg->n_ctx;

@@ -44,6 +44,14 @@ MU_INLINE float hsum256(__m256 a) {
     return _mm_cvtss_f32(s);
 }
 
+/* sum of the 8 int32 of a ymm register, wrapping (both ISAs) */
+MU_INLINE int32_t hsum256_epi32(__m256i a) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    return _mm_cvtsi128_si32(t);
+}
+
 /* ===================================================================== */
 #if MU_X86_512
 
@@ -135,7 +143,11 @@ MU_INLINE vi vi_dpwssd(vi acc, vi a, vi b) { return _mm512_dpwssd_epi32(acc, a, 
 #else
 MU_INLINE vi vi_dpwssd(vi acc, vi a, vi b) { return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b)); }
 #endif
-MU_INLINE int32_t vi_hsum32(vi a) { return _mm512_reduce_add_epi32(a); }
+/* wrapping adds: gcc's _mm512_reduce_add_epi32 is C arithmetic, undefined
+ * (and reported by UBSan) when non-finite activations quantize to INT_MIN */
+MU_INLINE int32_t vi_hsum32(vi a) {
+    return hsum256_epi32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
+}
 /* s16 lanes of the 8 x s16 vector s: 16 copies of s[k0], then 16 of s[k1] */
 MU_INLINE vi vi_spread16x2(__m128i s, int k0, int k1) {
     const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)k0), _mm256_set1_epi16((short)k1), 1);
@@ -319,13 +331,7 @@ MU_INLINE vi vi_maddubs(vi u, vi s) { return VI2(_mm256_maddubs_epi16(u.lo, s.lo
 MU_INLINE vi vi_madd16(vi a, vi b) { return VI2(_mm256_madd_epi16(a.lo, b.lo), _mm256_madd_epi16(a.hi, b.hi)); }
 MU_INLINE vi vi_dpwssd(vi acc, vi a, vi b) { return vi_add32(acc, vi_madd16(a, b)); }
 
-MU_INLINE int32_t vi_hsum32(vi a) {
-    __m256i s = _mm256_add_epi32(a.lo, a.hi);
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-    return _mm_cvtsi128_si32(t);
-}
+MU_INLINE int32_t vi_hsum32(vi a) { return hsum256_epi32(_mm256_add_epi32(a.lo, a.hi)); }
 /* Byte-shuffle mask that repeats s16 element e across a 128-bit lane. */
 MU_INLINE __m256i rep16_mask(int e0, int e1) {
     const __m128i m0 = _mm_set1_epi16((short)(2 * e0 | (2 * e0 + 1) << 8));

@@ -112,6 +112,11 @@ int mu_session_config_resolve(const mu_model *m, const muser_session_params *p, 
 int mu_session_open(const mu_model *m, const mu_session_config *cfg, muser_backend kind, mu_backend *backend,
                     muser_session **out);
 
+/* muser_model_load (vocab_only: muser_model_load_vocab) of an opened file,
+ * which the model then owns; on failure f is closed. For files in memory
+ * (gguf_open_memory): the fuzz targets. */
+int mu_model_from_gguf(gguf_file *f, bool vocab_only, muser_model **out);
+
 /* Feeds one token and chooses the next through the backend's decode_select
  * (device-side on CUDA), else with the sampler (sample/) from the logits on
  * the host: greedy when temperature <= 0, else a softmax draw at that

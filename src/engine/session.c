@@ -44,29 +44,34 @@ static void drop_checkpoint(struct checkpoint *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* Maps path and allocates an empty model for it. */
-static int open_model(const char *path, gguf_file **f, mu_model **m) {
-    *m = NULL;
-    int rc = gguf_open(path, f);
-    if (rc) return rc;
-    *m = calloc(1, sizeof **m);
-    if (!*m) {
-        gguf_close(*f);
-        return mu_fail(MUSER_ENOMEM, "out of memory");
-    }
-    return 0;
+static int load_full(gguf_file *f, mu_model *m) {
+    int rc = mu_model_bind(f, m);
+    if (!rc) rc = mu_vocab_load(f, m->hp.n_vocab, &m->vocab);
+    if (rc) mu_model_unbind(m);
+    return rc;
 }
 
-int muser_model_load(const char *path, muser_model **out) {
-    *out = NULL;
-    gguf_file *f = NULL;
-    mu_model *m = NULL;
-    int rc = open_model(path, &f, &m);
+static int load_vocab_only(gguf_file *f, mu_model *m) {
+    m->file = f;
+    gguf_str s;
+    if (gguf_get_str(f, "general.architecture", &s) == 1) gguf_str_copy(s, m->arch_name, sizeof m->arch_name);
+    if (gguf_get_str(f, "general.name", &s) == 1) gguf_str_copy(s, m->name, sizeof m->name);
+    /* A file with weights bounds the vocabulary by its embedding rows. */
+    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
+    int bound = (embd && embd->n_dims == 2 && embd->ne[1] > 0 && embd->ne[1] <= INT32_MAX) ? (int)embd->ne[1] : 0;
+    int rc = mu_vocab_load(f, bound, &m->vocab);
+    if (!rc && !m->vocab)
+        rc = mu_fail(MUSER_EFORMAT, "%s: the file has no tokenizer (tokenizer.ggml.* metadata)", f->path);
     if (rc) return rc;
-    rc = mu_model_bind(f, m);
-    if (!rc) rc = mu_vocab_load(f, m->hp.n_vocab, &m->vocab);
+    m->hp.n_vocab = bound ? bound : mu_vocab_n_tokens(m->vocab);
+    return 0; /* layers stay NULL: the mark of a tokenizer-only model */
+}
+
+int mu_model_from_gguf(gguf_file *f, bool vocab_only, muser_model **out) {
+    *out = NULL;
+    mu_model *m = calloc(1, sizeof *m);
+    int rc = m ? (vocab_only ? load_vocab_only(f, m) : load_full(f, m)) : mu_fail(MUSER_ENOMEM, "out of memory");
     if (rc) {
-        mu_model_unbind(m);
         free(m);
         gguf_close(f);
         return rc;
@@ -75,29 +80,18 @@ int muser_model_load(const char *path, muser_model **out) {
     return 0;
 }
 
+int muser_model_load(const char *path, muser_model **out) {
+    *out = NULL;
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f);
+    return rc ? rc : mu_model_from_gguf(f, false, out);
+}
+
 int muser_model_load_vocab(const char *path, muser_model **out) {
     *out = NULL;
     gguf_file *f = NULL;
-    mu_model *m = NULL;
-    int rc = open_model(path, &f, &m);
-    if (rc) return rc;
-    m->file = f;
-    gguf_str s;
-    if (gguf_get_str(f, "general.architecture", &s) == 1) gguf_str_copy(s, m->arch_name, sizeof m->arch_name);
-    if (gguf_get_str(f, "general.name", &s) == 1) gguf_str_copy(s, m->name, sizeof m->name);
-    /* A file with weights bounds the vocabulary by its embedding rows. */
-    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
-    int bound = (embd && embd->n_dims == 2 && embd->ne[1] > 0 && embd->ne[1] <= INT32_MAX) ? (int)embd->ne[1] : 0;
-    rc = mu_vocab_load(f, bound, &m->vocab);
-    if (!rc && !m->vocab) rc = mu_fail(MUSER_EFORMAT, "%s: the file has no tokenizer (tokenizer.ggml.* metadata)", path);
-    if (rc) {
-        free(m);
-        gguf_close(f);
-        return rc;
-    }
-    m->hp.n_vocab = bound ? bound : mu_vocab_n_tokens(m->vocab);
-    *out = m; /* layers stay NULL: the mark of a tokenizer-only model */
-    return 0;
+    int rc = gguf_open(path, &f);
+    return rc ? rc : mu_model_from_gguf(f, true, out);
 }
 
 void muser_model_free(muser_model *m) {

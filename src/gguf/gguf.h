@@ -97,7 +97,8 @@ typedef struct gguf_file {
  * what is wrong and where. */
 int gguf_open(const char *path, gguf_file **out);
 /* Validates a buffer the caller owns (fuzzing, tests); label names it in
- * messages. The buffer must outlive the gguf_file. */
+ * messages. The buffer must be 8-byte aligned (as malloc's are) and
+ * outlive the gguf_file. */
 int gguf_open_memory(const void *data, size_t size, const char *label, gguf_file **out);
 void gguf_close(gguf_file *f);
 
@@ -107,6 +108,9 @@ bool gguf_str_eq(gguf_str s, const char *c);
 /* Copies into buf (NUL-terminated, truncated to cap-1). */
 const char *gguf_str_copy(gguf_str s, char *buf, size_t cap);
 const char *gguf_type_name(uint32_t type);
+/* Bytes of one value of a fixed-size type; 0 for strings, arrays and
+ * invalid types. */
+size_t gguf_value_type_size(uint32_t type);
 
 /* Typed getters. Return 1 if found and converted, 0 if absent, and a
  * negative status (with a message naming the key) if present with a type

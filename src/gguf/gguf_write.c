@@ -99,18 +99,8 @@ int gguf_writer_add_str(gguf_writer *w, const char *key, const char *v) {
     return rc ? rc : put_str(w, v, strlen(v));
 }
 
-static size_t elem_size(uint32_t t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 int gguf_writer_add_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *data, uint64_t count) {
-    size_t es = elem_size(elem_type);
+    size_t es = gguf_value_type_size(elem_type);
     if (!es) return mu_fail(MUSER_EINVAL, "gguf writer: '%s': bad array element type %u", key, elem_type);
     int rc = begin_kv(w, key, GGUF_TYPE_ARRAY);
     if (!rc) rc = put_u32(w, elem_type);
@@ -144,7 +134,7 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv) {
                 rc = put_str(w, kv->arr_strs[i].ptr, kv->arr_strs[i].len);
             return rc;
         }
-        return put(w, kv->arr_data, elem_size(kv->arr_type) * kv->arr_count);
+        return put(w, kv->arr_data, gguf_value_type_size(kv->arr_type) * kv->arr_count);
     case GGUF_TYPE_BOOL: {
         uint8_t b = kv->v.b;
         return put(w, &b, 1);
@@ -155,7 +145,7 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv) {
     }
     case GGUF_TYPE_FLOAT64: return put(w, &kv->v.f64, 8);
     default: /* integers: the low bytes of the widened value, little-endian */
-        return put(w, &kv->v.u64, elem_size(kv->type));
+        return put(w, &kv->v.u64, gguf_value_type_size(kv->type));
     }
 }
 

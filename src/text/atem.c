@@ -40,6 +40,9 @@ struct chat_parser {
     char *recipient;
     mu_buf tool_body;
     size_t tool_scan_pos; /* invokes before this offset are parsed */
+    /* where the searches for the next invoke's open and close tags resume:
+     * a message streamed token by token is not rescanned from the start */
+    size_t tool_open_from, tool_close_from;
     int tool_invokes;     /* invokes seen in this message */
     bool finished, truncated, oom;
     chat_result result;
@@ -74,16 +77,19 @@ static bool starts_with(const char *s, size_t n, const char *lit) {
     return n >= m && memcmp(s, lit, m) == 0;
 }
 
-/* A special token `<|name|>` at s: its length; 0 if s cannot start one;
- * -1 if s[0..n) is a proper prefix of one. */
+/* A special token `<|name|>` (a name of 1 to 62 letters, digits or '_')
+ * at s: its length; 0 if s cannot start one; -1 if s[0..n) is a proper
+ * prefix of one. The answer for a text never changes as more text arrives,
+ * so it does not depend on where the stream was split. */
 static int special_token_at(const char *s, size_t n) {
+    enum { MAX_NAME = 62 };
     if (n == 0 || s[0] != '<') return 0;
     if (n == 1) return -1;
     if (s[1] != '|') return 0;
     size_t i = 2;
-    while (i < n && i < 64 && (isalnum((unsigned char)s[i]) || s[i] == '_')) i++;
-    if (i == n) return i < 64 ? -1 : 0;
-    if (i == 2 || s[i] != '|') return 0;
+    while (i < n && i - 2 < MAX_NAME && (isalnum((unsigned char)s[i]) || s[i] == '_')) i++;
+    if (i == n) return -1;
+    if (i == 2 || s[i] != '|') return 0; /* also a name too long */
     if (i + 1 == n) return -1;
     return s[i + 1] == '>' ? (int)(i + 2) : 0;
 }
@@ -307,22 +313,36 @@ static void parse_invoke(chat_parser *p, const char *s, size_t n, bool complete)
     mu_buf_free(&b);
 }
 
+/* After find(needle) failed on body[from..n): where a later search of the
+ * grown body must start (a match may still end in new text). */
+static size_t resume_point(size_t from, size_t n, const char *needle) {
+    size_t keep = strlen(needle) - 1;
+    return n - from > keep ? n - keep : from;
+}
+
 /* Parses the invokes of the current tool message that are complete; at the
  * end of the message also a cut-off one, or a plain JSON object body. */
 static void scan_tool_body(chat_parser *p, bool end_of_message) {
     const char *body = p->tool_body.data;
     size_t n = p->tool_body.len;
     while (p->tool_scan_pos < n) {
-        const char *open = find(body + p->tool_scan_pos, n - p->tool_scan_pos, OPEN_INVOKE);
-        if (!open) break;
+        size_t from = p->tool_open_from > p->tool_scan_pos ? p->tool_open_from : p->tool_scan_pos;
+        const char *open = find(body + from, n - from, OPEN_INVOKE);
+        if (!open) {
+            p->tool_open_from = resume_point(from, n, OPEN_INVOKE);
+            break;
+        }
         size_t at = (size_t)(open - body);
-        const char *close = find(open, n - at, CLOSE_INVOKE);
+        p->tool_open_from = at;
+        from = p->tool_close_from > at ? p->tool_close_from : at;
+        const char *close = find(body + from, n - from, CLOSE_INVOKE);
         if (close) {
             parse_invoke(p, open, (size_t)(close - open), true);
             p->tool_invokes++;
             p->tool_scan_pos = (size_t)(close - body) + strlen(CLOSE_INVOKE);
             continue;
         }
+        p->tool_close_from = resume_point(from, n, CLOSE_INVOKE);
         if (end_of_message) {
             parse_invoke(p, open, n - at, false);
             p->tool_invokes++;
@@ -354,7 +374,7 @@ static void begin_tool_message(chat_parser *p, const char *recipient, size_t n) 
     p->recipient = dup_range(recipient, n);
     if (!p->recipient) p->oom = true;
     mu_buf_free(&p->tool_body);
-    p->tool_scan_pos = 0;
+    p->tool_scan_pos = p->tool_open_from = p->tool_close_from = 0;
     p->tool_invokes = 0;
     p->state = ST_TOOL;
 }
@@ -410,9 +430,9 @@ static int match_header(const char *s, size_t n, size_t *used, size_t *rec, size
 
 /* One step; returns false when nothing more can be done with the text. */
 static bool step(chat_parser *p, bool final) {
-    const char *s = p->pending.data + p->pending_pos;
     size_t n = p->pending.len - p->pending_pos;
-    if (n == 0 || p->oom) return false;
+    if (n == 0 || p->oom) return false; /* (pending.data is NULL until text arrives) */
+    const char *s = p->pending.data + p->pending_pos;
 
     switch (p->state) {
     case ST_DONE:
@@ -554,8 +574,8 @@ static void fill_delta(chat_parser *p, chat_delta *d) {
     d->reasoning_len = p->d_reasoning.len;
     d->content = p->d_content.data ? p->d_content.data : "";
     d->content_len = p->d_content.len;
-    d->calls = p->calls + p->first_new_call;
     d->n_calls = p->n_calls - p->first_new_call;
+    d->calls = d->n_calls ? p->calls + p->first_new_call : NULL; /* no arithmetic on a NULL array */
 }
 
 static void begin_call(chat_parser *p) {

@@ -141,6 +141,9 @@ int mu_bpe_load_merges(struct mu_vocab *v, const gguf_kv *kv) {
             me[i].result = -1;
             continue;
         }
+        /* a merge of two single bytes: its slot in byte_merge, plus one */
+        me[i].hash = me[i].text.left_len == 1 && me[i].text.right_len == 1
+                         ? 1 + 256u * (uint8_t)p[0] + (uint8_t)p[1] : 0;
         me[i].sym.left = left;
         me[i].sym.right = right;
     }
@@ -152,16 +155,18 @@ int mu_bpe_load_merges(struct mu_vocab *v, const gguf_kv *kv) {
             mu_pairmap_prefetch(&v->merges, me[i + PREFETCH_AHEAD].sym.left, me[i + PREFETCH_AHEAD].sym.right);
         if (me[i].result >= 0) mu_pairmap_put_lowest(&v->merges, me[i].sym.left, me[i].sym.right, (int32_t)i, me[i].result);
     }
-    v->byte_merge = malloc(256 * 256 * sizeof *v->byte_merge);
+    /* The byte-pair table: what the pair table says for two single bytes,
+     * the lowest rank first (distinct bytes have distinct symbols, and a
+     * longer part never has a byte's symbol). */
+    v->byte_merge = calloc(256 * 256, sizeof *v->byte_merge);
     if (!v->byte_merge) {
         rc = mu_fail(MUSER_ENOMEM, "out of memory loading merges");
         goto done;
     }
-    for (int a = 0; a < 256; a++)
-        for (int b = 0; b < 256; b++) {
-            const mu_pairmap_slot *m = mu_pairmap_get(&v->merges, v->byte_symbol[a], v->byte_symbol[b]);
-            v->byte_merge[256 * a + b] = m ? (struct mu_byte_merge){m->rank, m->result} : (struct mu_byte_merge){-1, -1};
-        }
+    for (size_t i = 0; i < n_merges; i++) {
+        struct mu_byte_merge *b = me[i].result >= 0 && me[i].hash ? &v->byte_merge[me[i].hash - 1] : NULL;
+        if (b && !b->rank_plus_1) *b = (struct mu_byte_merge){(int32_t)i + 1, me[i].result};
+    }
     if (n_unusable) mu_info("tokenizer: %zu of %zu merges can never apply and were skipped", n_unusable, n_merges);
 done:
     mu_strmap_free(&virt);
@@ -196,7 +201,7 @@ static void queue_pair(const struct mu_vocab *v, const char *text, const bpe_sym
     int32_t rank, result;
     if (s[left].len == 1 && s[right].len == 1) {
         const struct mu_byte_merge *b = &v->byte_merge[256 * (uint8_t)text[s[left].start] + (uint8_t)text[s[right].start]];
-        rank = b->rank;
+        rank = b->rank_plus_1 - 1;
         result = b->result;
     } else {
         const mu_pairmap_slot *m = mu_pairmap_get(&v->merges, s[left].sym, s[right].sym);

@@ -29,9 +29,10 @@
 int chat_json_parse(const char *text, size_t len, cJSON **out);
 
 /* Appends json.dumps(v, ensure_ascii=False) (", " and ": " separators) when
- * python_style, else compact JSON ("," and ":"). Numbers print as Python
- * prints the parsed value: ints exactly, floats as repr(), so 1e20 gives
- * 1e+20. Nodes without source text (trees from cJSON_Parse) print integral
+ * python_style, else compact, strict JSON ("," and ":"; a float beyond
+ * double range, which json.dumps writes as Infinity, as null). Numbers
+ * print as Python prints the parsed value: ints exactly, floats as repr(),
+ * so 1e20 gives 1e+20. Nodes without source text (trees from cJSON_Parse) print integral
  * values below 1e16 as ints and others as floats. */
 void chat_json_dump(mu_buf *b, const cJSON *v, bool python_style);
 

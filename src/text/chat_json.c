@@ -284,6 +284,14 @@ static void put_json_string(mu_buf *b, const char *s) {
     mu_buf_putc(b, '"');
 }
 
+/* False for a float that overflows a double (1e999) or is not a number;
+ * integers keep their exact text. */
+static bool number_is_finite(const cJSON *v) {
+    const char *lex = v->valuestring;
+    if (lex && !strpbrk(lex, ".eE")) return true;
+    return isfinite(lex ? strtod(lex, NULL) : v->valuedouble);
+}
+
 void chat_json_dump(mu_buf *b, const cJSON *v, bool python_style) {
     const char *item_sep = python_style ? ", " : ",";
     const char *key_sep = python_style ? ": " : ":";
@@ -294,7 +302,8 @@ void chat_json_dump(mu_buf *b, const cJSON *v, bool python_style) {
     } else if (cJSON_IsFalse(v)) {
         mu_buf_puts(b, "false");
     } else if (cJSON_IsNumber(v)) {
-        put_number(b, v, true);
+        if (python_style || number_is_finite(v)) put_number(b, v, true);
+        else mu_buf_puts(b, "null"); /* strict JSON has no Infinity (as JSON.stringify writes it) */
     } else if (cJSON_IsString(v)) {
         put_json_string(b, v->valuestring ? v->valuestring : "");
     } else if (cJSON_IsArray(v)) {

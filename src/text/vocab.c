@@ -197,7 +197,7 @@ static int fix_specials_by_text(struct mu_vocab *v, int32_t fim_pad, int32_t fim
         remove_eog(v, s_id);
         v->attr[s_id] = MU_TOKEN_NORMAL;
     }
-    qsort(v->eog, (size_t)v->n_eog, sizeof *v->eog, cmp_i32);
+    if (v->n_eog) qsort(v->eog, (size_t)v->n_eog, sizeof *v->eog, cmp_i32); /* eog is NULL when empty */
     return 0;
 }
 

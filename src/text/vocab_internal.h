@@ -47,9 +47,10 @@ struct mu_vocab {
      * byte strings that merges build but that are not tokens. */
     mu_pairmap merges;
     int32_t byte_symbol[256]; /* symbol of each single byte                  */
-    /* The merge of every byte pair, [256 * first + second] (rank -1: none):
-     * most lookups are of byte pairs, and this table stays in cache. */
-    struct mu_byte_merge { int32_t rank, result; } *byte_merge;
+    /* The merge of every byte pair, [256 * first + second] (rank_plus_1 0:
+     * none, so a zeroed table is empty): most lookups are of byte pairs,
+     * and this table stays in cache. */
+    struct mu_byte_merge { int32_t rank_plus_1, result; } *byte_merge;
     int32_t byte_token[256];  /* token of each byte, or -1 (BPE and SPM)     */
     const struct mu_pretok_def *pretok; /* pretokenize.h */
     void *regex[MU_PRETOK_MAX_REGEX]; /* compiled pcre2_code *              */
