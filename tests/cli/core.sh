@@ -131,4 +131,10 @@ expect_status 1 "$M" parity -m "$NANO/nano-Q8_0.gguf" --tokens "$NANO/tokens.txt
 expect_grep "context" "$TMP/err"
 expect_status 2 "$M" parity -m "$NANO/nano-Q8_0.gguf" --tokens "$NANO/tokens.txt" --ref float64 -t 0
 expect_status 1 "$M" parity -m "$NANO/nano-Q8_0.gguf" --tokens "$NANO/tokens.txt" --ref "$NANO/tokens.txt"
+# the CUDA backend's libraries are loaded when a CUDA session opens, never
+# at start: the command itself links none of cuBLAS (it maps hundreds of MB)
+if command -v ldd >/dev/null; then
+  ldd "$M" >"$TMP/ldd" 2>&1
+  grep -q libcublas "$TMP/ldd" && bad "muser links cuBLAS at start: $(grep libcublas "$TMP/ldd")" || ok
+fi
 finish
