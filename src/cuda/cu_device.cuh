@@ -25,7 +25,7 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 /* ---- clusters: a block's shared memory written by its peer --------------------
- * Paired staging (mu_cu_mv.pair): the two blocks of a cluster each load
+ * Paired staging (MvLaunch.pair, cu_matvec.cu): the two blocks of a cluster each load
  * half of a launch's activations from L2 and store them into both blocks'
  * shared memory. arrive/wait alternate per thread; every thread of both
  * blocks takes part (the forms without .aligned: callers leave loops that

@@ -158,7 +158,7 @@ typedef struct cuda_backend {
     size_t wtmp_bytes;
     /* decode attention: spans up to attn_short rows in one launch of a block
      * per head, up to attn_cluster_rows in clusters of attn_cluster blocks;
-     * route: what fill_records chose for the step */
+     * route: what cuda_fill_records chose for the step */
     int attn_short, attn_cluster_rows, attn_cluster;
     int route;
     cudaGraphExec_t graph[N_ROUTES];
