@@ -12,10 +12,11 @@
 
 #include "util/error.h"
 
-#define COMPUTE(fmt) mu_dequant_row_##fmt, mu_quant_row_##fmt
-#define SIZE_ONLY NULL, NULL
+/* every field of a type's traits, so no initializer leaves one implicit */
+#define COMPUTE(fmt) mu_dequant_row_##fmt, mu_quant_row_##fmt, NULL, false
+#define SIZE_ONLY NULL, NULL, NULL, false
 /* with the integer view (quant.h); offset: whether it has offsets */
-#define COMPUTE_INTS(fmt, offset) COMPUTE(fmt), mu_int_block_##fmt, offset
+#define COMPUTE_INTS(fmt, offset) mu_dequant_row_##fmt, mu_quant_row_##fmt, mu_int_block_##fmt, offset
 
 static const mu_type_traits type_traits[MU_TYPE_COUNT] = {
     /*               name        elems  bytes                                   */
