@@ -484,7 +484,13 @@ MU_INLINE void kp_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
     vf acc[KP_NT]; /* every loop over the tokens is unrolled, so acc stays in registers */
     MU_UNROLL(16)
     for (int t = 0; t < nt; t++) acc[t] = vf_zero();
-    for (int64_t i = 0; i < tk->nb; i++) {
+    /* token t's bytes lie t*stride past token 0's: one base pointer per
+     * array, advanced per block, and nt - 1 loop-invariant offsets */
+    const uint64_t st = tk->stride;
+    const uint8_t *aq = tk->a0 + tk->b0 * MU_QK_K;
+    const uint8_t *ad = (const uint8_t *)(mu_act_d(tk->a0, tk->n) + 16 * tk->b0);
+    const uint8_t *ads = (const uint8_t *)(mu_act_ds(tk->a0, tk->n) + 16 * tk->b0);
+    for (int64_t i = 0; i < tk->nb; i++, aq += MU_QK_K, ad += 64, ads += 64) {
         const uint8_t *blk = row + (uint64_t)i * bb;
         prefetch_span(blk, bb);
         kp_block u;
@@ -495,16 +501,13 @@ MU_INLINE void kp_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
         MU_UNROLL(4)
         for (int c = 0; c < 4; c++)
             MU_UNROLL(16)
-            for (int t = 0; t < nt; t++) {
-                const int8_t *aq = (const int8_t *)(tk->a0 + (uint64_t)t * tk->stride) + (tk->b0 + i) * MU_QK_K + 64 * c;
-                s[t] = vi_dpbusd(c ? s[t] : vi_zero(), u.q[c], vi_load(aq));
-            }
+            for (int t = 0; t < nt; t++)
+                s[t] = vi_dpbusd(c ? s[t] : vi_zero(), u.q[c], vi_load(aq + (uint64_t)t * st + 64 * c));
         MU_UNROLL(16)
         for (int t = 0; t < nt; t++) {
-            const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
-            const vf p = vf_mul(vf_from_i32(s[t]), vf_load(mu_act_d(arow, tk->n) + 16 * (tk->b0 + i)));
+            const vf p = vf_mul(vf_from_i32(s[t]), vf_load((const float *)(ad + (uint64_t)t * st)));
             acc[t] = vf_fma(p, u.scw, acc[t]);
-            acc[t] = vf_fnmadd(u.mw, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i)), acc[t]);
+            acc[t] = vf_fnmadd(u.mw, vf_load((const float *)(ads + (uint64_t)t * st)), acc[t]);
         }
     }
     MU_UNROLL(16)
