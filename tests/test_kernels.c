@@ -7,6 +7,9 @@
  *   rows:    1..17 (not multiples of any unroll), and tiles of 48/192 rows;
  *   tokens:  1..17 for the prefill matmuls (ragged against the 8-token tiles),
  *            and the K-quant prefill kernels on permuted activations;
+ *            1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17 for batched decode
+ *            (matvec_q8_rows), which must also give every token exactly,
+ *            bit for bit, the numbers of the same table's matvec_q8;
  *   both lanes; unaligned activation pointers; output strides wider than the
  *   rows (and a guard that nothing outside is written).
  *
@@ -172,19 +175,48 @@ static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
         c->k->matmul_q8_kp[c->type](w, rb, rows, xqp, xb, n, T, y_kp, ldy);
         free(xqp);
     }
+    /* batched decode: each token alone through matvec_q8, bit for bit */
+    float *y_rows = NULL;
+    int inexact = 0;
+    if (fast) {
+        CHECKF(c->k->matvec_q8_rows[c->type] != NULL, "%s %s: no batched decode kernel", c->k->isa,
+               mu_type_name(c->type));
+        if (!c->k->matvec_q8_rows[c->type]) goto done;
+        y_rows = malloc(sizeof(float) * ylen);
+        for (size_t i = 0; i < ylen; i++) y_rows[i] = -777.0f;
+        c->k->matvec_q8_rows[c->type](w, rb, rows, xq, xb, n, T, y_rows, ldy);
+        float *one = malloc(sizeof(float) * (size_t)rows);
+        for (int64_t t = 0; t < T; t++) {
+            c->k->matvec_q8[c->type](w, rb, rows, xq + t * xb, n, one);
+            for (int64_t r = 0; r < rows; r++)
+                if (memcmp(&one[r], &y_rows[t * ldy + r], sizeof(float)) != 0 && inexact++ < 3)
+                    fprintf(stderr, "  %s %s n=%lld rows=%lld T=%lld: batched y[%lld][%lld] = %.9g, its matvec %.9g\n",
+                            c->k->isa, mu_type_name(c->type), (long long)n, (long long)rows, (long long)T, (long long)t,
+                            (long long)r, y_rows[t * ldy + r], one[r]);
+        }
+        free(one);
+    }
+    CHECKF(inexact == 0, "%s %s n=%lld rows=%lld T=%lld: %d batched rows differ from their own matvec", c->k->isa,
+           mu_type_name(c->type), (long long)n, (long long)rows, (long long)T, inexact);
     float *view = malloc(sizeof(float) * (size_t)n);
+    float *mag = malloc(sizeof(float) * (size_t)(n * rows)); /* each row's term magnitudes, once */
+    for (int64_t r = 0; r < rows; r++) term_magnitudes(c->type, (const uint8_t *)w + r * rb, n, mag + r * n);
     int bad = 0;
-    for (int pass = 0; pass < (y_kp ? 2 : 1); pass++) {
-        const float *yo = pass ? y_kp : y;
+    const float *outs[3] = {y, y_kp, y_rows};
+    static const char *const out_names[3] = {"", " (kp)", " (batched)"};
+    for (int pass = 0; pass < 3; pass++) {
+        const float *yo = outs[pass];
+        if (!yo) continue;
         for (int64_t t = 0; t < T; t++) {
             lane_view(fast, x + t * n, xq ? xq + t * xb : NULL, n, view);
             for (int64_t r = 0; r < rows; r++) {
-                const double m = row_magnitude(c->type, (const uint8_t *)w + r * rb, view, n);
+                double m = 0;
+                for (int64_t i = 0; i < n; i++) m += (double)mag[r * n + i] * fabs((double)view[i]);
                 const double tol = budget(c->lane ? FAST_K : EXACT_K, n, m);
                 const double d = fabs((double)yo[t * ldy + r] - (double)y_ref[t * ldy + r]);
                 if (!(d <= tol) && bad++ < 3)
                     fprintf(stderr, "  %s %s %s%s n=%lld rows=%lld T=%lld: y[%lld][%lld] = %.9g, ref %.9g (|d| %.3g > %.3g)\n",
-                            c->k->isa, mu_type_name(c->type), c->lane ? "fast" : "exact", pass ? " (kp)" : "", (long long)n, (long long)rows,
+                            c->k->isa, mu_type_name(c->type), c->lane ? "fast" : "exact", out_names[pass], (long long)n, (long long)rows,
                             (long long)T, (long long)t, (long long)r, yo[t * ldy + r], y_ref[t * ldy + r], d, tol);
             }
             for (int64_t r = rows; r < ldy; r++)
@@ -193,7 +225,9 @@ static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
     }
     CHECKF(bad == 0, "%s %s %s n=%lld rows=%lld T=%lld: %d mismatches", c->k->isa, mu_type_name(c->type),
            c->lane ? "fast" : "exact", (long long)n, (long long)rows, (long long)T, bad);
-    free(view), free(w), free(xbuf), free(xq), free(y_ref), free(y), free(y_kp);
+    free(view), free(mag);
+done:
+    free(w), free(xbuf), free(xq), free(y_ref), free(y), free(y_kp), free(y_rows);
 }
 
 static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
@@ -223,6 +257,13 @@ static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
                 }
                 /* row tiles of the exact matmul (48 rows x 4) and beyond */
                 if (n <= 1024) check_case(&c, n, 200, 9);
+                /* batched decode (every fast case above checks it too): the token
+                 * counts the cases above leave out; long rows cross the decode segments */
+                if (lane) {
+                    static const int64_t batch[] = {4, 5, 15, 16};
+                    for (size_t t = 0; t < sizeof batch / sizeof batch[0]; t++)
+                        if (!big || batch[t] == 16) check_case(&c, n, big ? 3 : 19, batch[t]);
+                }
             }
         }
     }
@@ -444,7 +485,15 @@ int main(void) {
     printf("\n");
     CHECK(n >= 1 && all[0] == ref);
     for (int i = 0; i < n; i++) {
-        if (all[i] == ref) continue;
+        if (all[i] == ref) {
+            /* the reference's own batched decode: its matvec per token */
+            static const uint32_t fast_types[] = {MU_TYPE_Q4_K, MU_TYPE_Q6_K, MU_TYPE_Q8_0, MU_TYPE_IQ4_XS};
+            for (size_t ti = 0; ti < sizeof fast_types / sizeof fast_types[0]; ti++) {
+                const case_ctx c = {ref, ref, fast_types[ti], 1};
+                for (int64_t T = 1; T <= 17; T += 4) check_case(&c, blocks_for(fast_types[ti], 6656), 19, T);
+            }
+            continue;
+        }
         const int before = tl_failed;
         test_quantizer(ref, all[i]);
         test_attention(ref, all[i]);

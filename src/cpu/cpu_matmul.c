@@ -12,8 +12,10 @@
  *
  * Decode (T = 1) runs the matvec kernels; prefill runs the matmul kernels,
  * which reuse each weight block across the tokens of the chunk. A few
- * tokens (T <= SMALL_T: a batched decode step) run the matvec kernels per
- * token over cache-sized row tiles.
+ * tokens (T <= SMALL_T: a batched decode step) give each token its T = 1
+ * numbers: in the fast lane matvec_q8_rows, which unpacks each weight block
+ * once for all of them; in the exact lane the matvec per token over
+ * cache-sized row tiles.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -44,9 +46,12 @@ static bool fast_job(const cpu_backend *b, const mu_weight *w) {
 }
 
 /* A few tokens (a batched decode step of several sessions, a short
- * chunk): the matvec kernel once per token over tiles of ROW_ALIGN rows,
- * so each tile is read from memory once and from cache for the other
- * tokens. Each token's numbers are those of its own T = 1 matvec. */
+ * chunk), each with the numbers of its own T = 1 matvec. Fast lane: the
+ * batched matvec, each weight block read and unpacked once for all tokens.
+ * Exact lane: the matvec once per token over tiles of ROW_ALIGN rows, so
+ * each tile is read from memory once and from cache for the other tokens.
+ * More tokens take the prefill kernels: they sum in another order, and
+ * from about 16 rows on they cost less per token than these. */
 #define SMALL_T 8
 
 /* Prefill of a K-quant in the fast lane: the kernel on the rows in the
@@ -58,15 +63,17 @@ static bool kp_job(const cpu_backend *b, const mu_weight *w, int T) {
 static void run_rows_small_t(cpu_backend *b, const mm_job *job, const float *x, int T, int64_t r0, int64_t r1) {
     const mu_weight *w = job->w;
     const int64_t cols = w->cols;
-    const bool fast = fast_job(b, w);
+    if (fast_job(b, w)) {
+        b->k->matvec_q8_rows[w->type]((const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes, w->row_bytes, r1 - r0,
+                                      quantized_input(b, 0, cols), mu_act_row_bytes(cols), cols, T, job->y + r0,
+                                      w->rows);
+        return;
+    }
     for (int64_t c0 = r0; c0 < r1; c0 += ROW_ALIGN) {
         const int64_t nr = r1 - c0 < ROW_ALIGN ? r1 - c0 : ROW_ALIGN;
         const uint8_t *rows = (const uint8_t *)w->data + (uint64_t)c0 * w->row_bytes;
-        for (int t = 0; t < T; t++) {
-            float *y = job->y + (int64_t)t * w->rows + c0;
-            if (fast) b->k->matvec_q8[w->type](rows, w->row_bytes, nr, quantized_input(b, t, cols), cols, y);
-            else b->k->matvec_f32[w->type](rows, w->row_bytes, nr, x + (int64_t)t * cols, cols, y);
-        }
+        for (int t = 0; t < T; t++)
+            b->k->matvec_f32[w->type](rows, w->row_bytes, nr, x + (int64_t)t * cols, cols, job->y + (int64_t)t * w->rows + c0);
     }
 }
 

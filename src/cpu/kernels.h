@@ -82,6 +82,12 @@ typedef struct mu_cpu_kernels {
      * the float sums; its reference is the scalar matmul_q8 on the rows
      * before the permutation. */
     mu_matmul_q8_fn matmul_q8_kp[MU_TYPE_COUNT];
+    /* Batched decode, fast lane: T rows of different sequences (the
+     * matmul_q8 arguments), row t bit for bit what matvec_q8 of this table
+     * gives it alone, each weight block read from memory once for all T
+     * (where matmul_q8 runs matvec_q8 per token, as in the scalar table,
+     * it is matmul_q8). */
+    mu_matmul_q8_fn matvec_q8_rows[MU_TYPE_COUNT];
     mu_quantize_fn quantize_act;                  /* f32 -> a fast-lane row */
     /* Attention over a block of KV rows for the nq query heads that share
      * one KV head (q: [nq][hd] f32; rows ld floats apart):
@@ -108,7 +114,8 @@ typedef struct mu_cpu_kernels {
 
 /* Sets every weight-format entry of a table from the functions named
  * matvec_f32_<TYPE>, matvec_q8_<TYPE>, matmul_f32_<TYPE> and
- * matmul_q8_<TYPE> (TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the
+ * matmul_q8_<TYPE> (matvec_q8_rows too: a table whose matmul_q8 is not
+ * matvec_q8 per token sets it after; TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the
  * float types have no _q8 entries; the integer-view formats below likewise) that the including file defines; the
  * helpers likewise from quantize_act, cvt_f16, attn_scores, attn_pv,
  * exp_sum, silu_mul, sigmoid_mul, softcap and stream_read. */
@@ -122,6 +129,7 @@ typedef struct mu_cpu_kernels {
         MU_KERNELS_SET_TYPE(k, T);                                                                             \
         (k)->matvec_q8[MU_TYPE_##T] = matvec_q8_##T;                                                           \
         (k)->matmul_q8[MU_TYPE_##T] = matmul_q8_##T;                                                           \
+        (k)->matvec_q8_rows[MU_TYPE_##T] = matmul_q8_##T;                                                      \
     } while (0)
 #define MU_KERNELS_SET_FORMATS(k)                                                                                \
     do {                                                                                                       \

@@ -234,9 +234,14 @@ static void matmul_f32_ref(const void *w, uint64_t rb, int64_t nr, const float *
                            int64_t ldy, mu_matvec_f32_fn mv) {
     for (int64_t t = 0; t < T; t++) mv(w, rb, nr, x + t * n, n, y + t * ldy);
 }
+/* Rows in tiles of 16 that stay in cache across the tokens (this is also
+ * the tables' batched decode, matvec_q8_rows, where no ISA has its own). */
 static void matmul_q8_ref(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, int64_t T,
                           float *y, int64_t ldy, mu_matvec_q8_fn mv) {
-    for (int64_t t = 0; t < T; t++) mv(w, rb, nr, (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy);
+    for (int64_t r0 = 0; r0 < nr; r0 += 16)
+        for (int64_t t = 0; t < T; t++)
+            mv((const uint8_t *)w + (uint64_t)r0 * rb, rb, nr - r0 < 16 ? nr - r0 : 16,
+               (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy + r0);
 }
 
 #define MATMUL_WRAPPERS(T)                                                                                      \

@@ -370,18 +370,20 @@ MU_INLINE void kq_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64
     }
 }
 
-/* Decode and prefill alike. Rows go in tiles that stay in L2 while every
- * token tile of KQ_NT runs over them (a ragged token tail one at a time).
- * Columns go in segments: in prefill short ones, so a token tile's
- * activations stay in L1 across the rows (16 blocks x 4 tokens = 17 KiB);
- * in decode long ones, so each row streams from memory in one run. */
+/* Decode, batched decode and prefill alike. Rows go in tiles that stay in
+ * L2 while every token tile of KQ_NT runs over them (a ragged token tail in
+ * one smaller tile). Columns go in segments of seg blocks: in prefill
+ * short ones, so a token tile's activations stay in L1 across the rows (16
+ * blocks x 4 tokens = 17 KiB); in decode long ones, so each row streams
+ * from memory in one run. A token's numbers depend on the segments only,
+ * never on its tile, so with the decode segments every row of a batch gets
+ * exactly its one-row matvec. */
 #define KQ_SEG_PREFILL 16
 #define KQ_SEG_DECODE 96
 
 MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
-                         int64_t T, float *y, int64_t ldy) {
+                         int64_t T, float *y, int64_t ldy, int64_t seg) {
     const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
-    const int64_t seg = T >= KQ_NT ? KQ_SEG_PREFILL : KQ_SEG_DECODE;
     int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
     if (rows_tile < 4) rows_tile = 4;
     for (int64_t b0 = 0; b0 < nb_all; b0 += seg) {
@@ -390,10 +392,18 @@ MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const 
         for (int64_t r0 = 0; r0 < nr; r0 += rows_tile) {
             const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
             for (int64_t t = 0; t < T;) {
-                const int nt = T - t >= KQ_NT ? KQ_NT : 1;
+                const int nt = T - t >= KQ_NT ? KQ_NT : (int)(T - t);
                 const kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb};
-                if (nt == KQ_NT) kq_rows(fmt, wseg, rb, r0, r1, &tk, KQ_NT, y + t * ldy, ldy, b0 > 0);
-                else kq_rows(fmt, wseg, rb, r0, r1, &tk, 1, y + t * ldy, ldy, b0 > 0);
+                float *yt = y + t * ldy;
+                /* nt a compile-time constant in every call, so the tile's sums stay in registers */
+                if (nt == KQ_NT) kq_rows(fmt, wseg, rb, r0, r1, &tk, KQ_NT, yt, ldy, b0 > 0);
+#if KQ_NT > 3
+                else if (nt == 3) kq_rows(fmt, wseg, rb, r0, r1, &tk, 3, yt, ldy, b0 > 0);
+#endif
+#if KQ_NT > 2
+                else if (nt == 2) kq_rows(fmt, wseg, rb, r0, r1, &tk, 2, yt, ldy, b0 > 0);
+#endif
+                else kq_rows(fmt, wseg, rb, r0, r1, &tk, 1, yt, ldy, b0 > 0);
                 t += nt;
             }
         }
@@ -402,11 +412,15 @@ MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const 
 
 #define FAST_KQUANT(fmt, id)                                                                                     \
     static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
-        kq_matmul(id, w, rb, nr, xq, 0, n, 1, y, nr);                                                           \
+        kq_matmul(id, w, rb, nr, xq, 0, n, 1, y, nr, KQ_SEG_DECODE);                                           \
     }                                                                                                          \
     static void matmul_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, \
                                 int64_t T, float *y, int64_t ldy) {                                            \
-        kq_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy);                                                         \
+        kq_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy, T >= KQ_NT ? KQ_SEG_PREFILL : KQ_SEG_DECODE);           \
+    }                                                                                                          \
+    static void matvec_q8_rows_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb,      \
+                                     int64_t n, int64_t T, float *y, int64_t ldy) {                            \
+        kq_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy, KQ_SEG_DECODE);                                         \
     }
 FAST_KQUANT(Q4_K, KQ_Q4_K)
 FAST_KQUANT(Q5_K, KQ_Q5_K)
@@ -470,7 +484,13 @@ MU_INLINE void kp_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
     vf acc[KP_NT]; /* every loop over the tokens is unrolled, so acc stays in registers */
     MU_UNROLL(16)
     for (int t = 0; t < nt; t++) acc[t] = vf_zero();
-    for (int64_t i = 0; i < tk->nb; i++) {
+    /* token t's bytes lie t*stride past token 0's: one base pointer per
+     * array, advanced per block, and nt - 1 loop-invariant offsets */
+    const uint64_t st = tk->stride;
+    const uint8_t *aq = tk->a0 + tk->b0 * MU_QK_K;
+    const uint8_t *ad = (const uint8_t *)(mu_act_d(tk->a0, tk->n) + 16 * tk->b0);
+    const uint8_t *ads = (const uint8_t *)(mu_act_ds(tk->a0, tk->n) + 16 * tk->b0);
+    for (int64_t i = 0; i < tk->nb; i++, aq += MU_QK_K, ad += 64, ads += 64) {
         const uint8_t *blk = row + (uint64_t)i * bb;
         prefetch_span(blk, bb);
         kp_block u;
@@ -481,16 +501,13 @@ MU_INLINE void kp_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt,
         MU_UNROLL(4)
         for (int c = 0; c < 4; c++)
             MU_UNROLL(16)
-            for (int t = 0; t < nt; t++) {
-                const int8_t *aq = (const int8_t *)(tk->a0 + (uint64_t)t * tk->stride) + (tk->b0 + i) * MU_QK_K + 64 * c;
-                s[t] = vi_dpbusd(c ? s[t] : vi_zero(), u.q[c], vi_load(aq));
-            }
+            for (int t = 0; t < nt; t++)
+                s[t] = vi_dpbusd(c ? s[t] : vi_zero(), u.q[c], vi_load(aq + (uint64_t)t * st + 64 * c));
         MU_UNROLL(16)
         for (int t = 0; t < nt; t++) {
-            const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
-            const vf p = vf_mul(vf_from_i32(s[t]), vf_load(mu_act_d(arow, tk->n) + 16 * (tk->b0 + i)));
+            const vf p = vf_mul(vf_from_i32(s[t]), vf_load((const float *)(ad + (uint64_t)t * st)));
             acc[t] = vf_fma(p, u.scw, acc[t]);
-            acc[t] = vf_fnmadd(u.mw, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i)), acc[t]);
+            acc[t] = vf_fnmadd(u.mw, vf_load((const float *)(ads + (uint64_t)t * st)), acc[t]);
         }
     }
     MU_UNROLL(16)
@@ -1269,6 +1286,9 @@ static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     MU_KERNELS_SET_FORMATS(k);
     MU_KERNELS_SET_INT_FORMATS(k);
     MU_KERNELS_SET_HELPERS(k);
+    k->matvec_q8_rows[MU_TYPE_Q4_K] = matvec_q8_rows_Q4_K;
+    k->matvec_q8_rows[MU_TYPE_Q5_K] = matvec_q8_rows_Q5_K;
+    k->matvec_q8_rows[MU_TYPE_Q6_K] = matvec_q8_rows_Q6_K;
 #if MU_X86_512
     k->matmul_q8_kp[MU_TYPE_Q4_K] = matmul_q8_kp_Q4_K;
     k->matmul_q8_kp[MU_TYPE_Q5_K] = matmul_q8_kp_Q5_K;

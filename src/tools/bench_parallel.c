@@ -8,7 +8,9 @@
  * machine's drift reaches all of them alike. A step reads the weights once
  * and each row's KV, so bytes per step = weight bytes per token + B x KV
  * bytes at the depth. Only muser_batch_decode is timed; choosing the next
- * tokens (greedy, on the host) is not.
+ * tokens (greedy, on the host) is not. Beside the wall time, the process's
+ * CPU time per step: on a shared machine, the work a step took whatever
+ * the preemption.
  *
  * Only the first session (the step's leader, whose activations hold every
  * row) gets a batch of the widest width: on the CPU a session's
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "cpu/pool.h"
@@ -54,11 +57,11 @@ bool mu_bench_parse_widths(mu_args *a, int *out, int cap, int *n) {
 typedef struct width_result {
     long depth;
     int rows;
-    double *ms; /* every timed step of every round */
+    double *ms, *cpu_ms; /* every timed step of every round: wall, process CPU */
     int n_ms;
     double bw[MAX_ROUNDS * MU_BENCH_MEMBW_PASSES]; /* ceilings measured right before it, all rounds */
     int n_bw;
-    double step_ms, vs_one, tok_s, bytes, gb_s, membw, share;
+    double step_ms, step_cpu_ms, vs_one, tok_s, bytes, gb_s, membw, share;
 } width_result;
 
 /* Greedy next token of each session (not timed). */
@@ -72,17 +75,27 @@ static void next_tokens(muser_session *const *s, int n, int n_vocab, muser_token
     }
 }
 
+/* CPU time of the process (all threads), seconds. */
+static double process_cpu_seconds(void) {
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 /* One width at one depth: fill, one warm-up step, n timed steps. */
 static int run_width(muser_session *const *s, int rows, long depth, int n_gen, int n_vocab, muser_token *tok,
-                     double *ms) {
+                     double *ms, double *cpu_ms) {
     for (int i = 0; i < rows; i++) {
         if (mu_session_fill_kv(s[i], (int)depth, (uint64_t)depth * 1000003u + (uint64_t)i + 1) != 0) return 1;
         tok[i] = (muser_token)((1000 + 17 * i) % n_vocab);
     }
     for (int step = -1; step < n_gen; step++) {
-        const double t0 = mu_now_seconds();
+        const double t0 = mu_now_seconds(), c0 = process_cpu_seconds();
         if (muser_batch_decode(s, tok, rows) != 0) return 1;
-        if (step >= 0) ms[step] = 1e3 * (mu_now_seconds() - t0);
+        if (step >= 0) {
+            ms[step] = 1e3 * (mu_now_seconds() - t0);
+            cpu_ms[step] = 1e3 * (process_cpu_seconds() - c0);
+        }
         next_tokens(s, rows, n_vocab, tok);
     }
     return 0;
@@ -109,6 +122,7 @@ static int check_kv_memory(const mu_bench_parallel *p, const mu_model *m, int ma
 
 static void summarize(width_result *r, const width_result *one, const mu_model *m, int kv_elem) {
     r->step_ms = mu_median(r->ms, r->n_ms);
+    r->step_cpu_ms = mu_median(r->cpu_ms, r->n_ms);
     r->tok_s = r->rows * 1e3 / r->step_ms;
     r->bytes = (double)mu_model_weight_bytes_per_token(m) +
                (double)r->rows * (double)mu_model_kv_bytes_per_token(m, r->depth, kv_elem);
@@ -129,6 +143,7 @@ static void print_json(const mu_bench_parallel *p, muser_session *s, const width
         cJSON_AddNumberToObject(d, "depth", (double)r->depth);
         cJSON_AddNumberToObject(d, "rows", r->rows);
         cJSON_AddNumberToObject(d, "step_ms", r->step_ms);
+        cJSON_AddNumberToObject(d, "step_cpu_ms", r->step_cpu_ms);
         if (r->vs_one > 0) cJSON_AddNumberToObject(d, "vs_one_row", r->vs_one);
         cJSON_AddNumberToObject(d, "tok_s", r->tok_s);
         cJSON_AddNumberToObject(d, "bytes_per_step", r->bytes);
@@ -172,17 +187,20 @@ static void print_markdown(const mu_bench_parallel *p, muser_session *s, const m
            "with random finite K/V (no prefill), then 1 warm-up and %d timed steps; the widths take turns, %d "
            "round%s; step time is the median of all timed steps\n",
            p->n_gen, p->rounds, p->rounds == 1 ? "" : "s");
+    printf("- CPU ms: the process's CPU time per step, all threads (median), the work of a step whatever the "
+           "preemption on a shared machine\n");
     printf("- bytes per step: the weights once + B x the KV at the depth; share: of the %s measured (%d passes) "
            "right before each width\n\n",
            be->ops->membw ? "backend's ceiling" : "host's read bandwidth", MU_BENCH_MEMBW_PASSES);
-    printf("| depth | B | step ms | x one-row step | tok/s | bytes/step | GB/s | %s | share |\n",
+    printf("| depth | B | step ms | x one-row step | CPU ms | tok/s | bytes/step | GB/s | %s | share |\n",
            be->ops->membw ? "ceiling" : "read bandwidth");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         const width_result *r = &res[i];
         printf("| %ld | %d | %.2f | ", r->depth, r->rows, r->step_ms);
         if (r->vs_one > 0) printf("%.2f | ", r->vs_one);
         else printf("- | ");
+        printf("%.1f | ", r->step_cpu_ms);
         printf("%.1f | %.3f GB | %.1f | %.1f | %.0f%% |\n", r->tok_s, r->bytes / 1e9, r->gb_s, r->membw,
                100 * r->share);
     }
@@ -247,7 +265,8 @@ int mu_bench_parallel_run(const mu_bench_parallel *p) {
         res[i].depth = p->depths[i / p->n_widths];
         res[i].rows = p->widths[i % p->n_widths];
         res[i].ms = malloc(sizeof(double) * (size_t)p->n_gen * (size_t)p->rounds);
-        if (!res[i].ms) rc = 1, fprintf(stderr, "muser bench: out of memory\n");
+        res[i].cpu_ms = malloc(sizeof(double) * (size_t)p->n_gen * (size_t)p->rounds);
+        if (!res[i].ms || !res[i].cpu_ms) rc = 1, fprintf(stderr, "muser bench: out of memory\n");
     }
     if (!rc) rc = open_sessions(p, model, maxw, positions, s);
     const muser_backend kind = rc ? MUSER_BACKEND_CPU : muser_session_backend(s[0]);
@@ -267,7 +286,8 @@ int mu_bench_parallel_run(const mu_bench_parallel *p) {
                     break;
                 }
                 r->n_bw += MU_BENCH_MEMBW_PASSES;
-                rc = run_width(s, r->rows, r->depth, p->n_gen, m->hp.n_vocab, tok, r->ms + r->n_ms);
+                rc = run_width(s, r->rows, r->depth, p->n_gen, m->hp.n_vocab, tok, r->ms + r->n_ms,
+                               r->cpu_ms + r->n_ms);
                 if (rc) fprintf(stderr, "muser bench: %d sessions at depth %ld: %s\n", r->rows, r->depth,
                                 muser_last_error());
                 r->n_ms += p->n_gen;
@@ -285,7 +305,7 @@ int mu_bench_parallel_run(const mu_bench_parallel *p) {
     }
     mu_membw_probe_free(probe);
     for (int i = 0; s && i < maxw; i++) muser_session_free(s[i]);
-    for (int i = 0; res && i < n_res; i++) free(res[i].ms);
+    for (int i = 0; res && i < n_res; i++) free(res[i].ms), free(res[i].cpu_ms);
     free(res);
     free(s);
     free(tok);

@@ -51,13 +51,13 @@ jq -e '.membw_gb_s > 0' "$TMP/out" >/dev/null && ok || bad "--membw --json: $(ca
 
 # --parallel: one row per width and depth, the JSON "parallel" array
 expect_status 0 "${B[@]}" --parallel 1,2,4,8,16,32,64 -n 2 --lane fast
-expect_grep "| depth | B | step ms | x one-row step | tok/s | bytes/step | GB/s" "$TMP/out"
+expect_grep "| depth | B | step ms | x one-row step | CPU ms | tok/s | bytes/step | GB/s" "$TMP/out"
 [ "$(grep -c '^| 0 | [0-9]* |' "$TMP/out")" = 7 ] && ok || bad "--parallel: not one row per width: $(cat "$TMP/out")"
 expect_status 0 "${B[@]}" --parallel 1,5,17 --depths 0,900 -n 2 --rounds 2 --json
 jq -e -s 'length == 1' "$TMP/out" >/dev/null && ok || bad "--parallel --json did not print one JSON object"
 jq -e '(.parallel | type == "array" and length == 6)
        and ([.parallel[].rows] == [1, 5, 17, 1, 5, 17]) and ([.parallel[].depth] == [0, 0, 0, 900, 900, 900])
-       and all(.parallel[]; (.step_ms > 0) and (.tok_s > 0) and (.bytes_per_step > 0) and (.gb_s > 0)
+       and all(.parallel[]; (.step_ms > 0) and (.step_cpu_ms >= 0) and (.tok_s > 0) and (.bytes_per_step > 0) and (.gb_s > 0)
                             and (.bw_share > 0) and (.membw_gb_s > 0) and (.vs_one_row > 0) and (.steps == 4))
        and (.parallel[3].bytes_per_step > .parallel[0].bytes_per_step)
        and (.parallel[5].bytes_per_step > .parallel[3].bytes_per_step)
