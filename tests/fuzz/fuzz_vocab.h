@@ -1,5 +1,6 @@
-/* fuzz_vocab.h — the fuzz targets that need a tokenizer load one vocabulary
- * once (MUSER_FUZZ_VOCAB, else the build's default) in LLVMFuzzerInitialize. */
+/* fuzz_vocab.h — a fuzz target that needs one tokenizer (fuzz_request)
+ * loads it once (MUSER_FUZZ_VOCAB, else the build's default) in
+ * LLVMFuzzerInitialize. */
 #ifndef MU_FUZZ_VOCAB_H
 #define MU_FUZZ_VOCAB_H
 
