@@ -33,98 +33,16 @@
 #include "cuda/cu_shared.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_test.h"
+#include "kernel_ref.h"
+#include "rows_test.h"
 #include "engine/engine.h"
 #include "engine/parity.h"
 #include "quant/quant.h"
 
-static uint64_t rng = 0x5eed1234abcdULL;
 static int g_cap; /* the matvec grid's cap in the kernel tests (0: every SM) */
 
 /* the routes of the kernel tests' matvec launches, on the current grid cap */
 static void routes(int flat, int cut) { mu_cuda_test_routes(g_cap, flat, cut, 1); }
-
-static void rand_vec(float *x, int64_t n, float scale) {
-    for (int64_t i = 0; i < n; i++) x[i] = tl_rand_normal(&rng) * scale;
-}
-
-static void *rand_weight(uint32_t type, int64_t rows, int64_t cols) {
-    const uint64_t bytes = mu_row_bytes(type, cols) * (uint64_t)rows;
-    void *w = malloc(bytes);
-    CHECK(mu_random_blocks(type, w, rows * cols, &rng, 1.0f / sqrtf((float)cols)) == 0);
-    return w;
-}
-
-static bool finite_all(const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return false;
-    return true;
-}
-
-/* x~: the dequantized int8 activation the fast lane multiplies with */
-static double xt(const int8_t *xq, const float *xds, int64_t i) { return (double)xds[(i / 16) * 2] * xq[i]; }
-
-/* Reference dot of one row, as the lane computes it: exact uses x, fast
- * uses x~ (the K-quant min terms take d * sum(q) of the same blocks, so
- * the fast lane is exactly sum(w * x~)). tol: a bound for f32 rounding. */
-static double ref_row(uint32_t type, const void *row, int64_t cols, const float *x, const int8_t *xq, const float *xds,
-                      int lane, double *tol) {
-    float *w = malloc(sizeof(float) * (size_t)cols);
-    mu_dequant_row(type, row, w, cols);
-    const bool fast = lane == 1 && type != MU_TYPE_F32 && type != MU_TYPE_F16 && type != MU_TYPE_BF16;
-    double s = 0.0, mag = 0.0;
-    for (int64_t i = 0; i < cols; i++) {
-        const double xv = fast ? xt(xq, xds, i) : (double)x[i];
-        s += (double)w[i] * xv;
-        mag += fabs((double)w[i] * xv);
-    }
-    free(w);
-    *tol = 3e-5 * mag + 1e-6;
-    return s;
-}
-
-/* The int8 groups of 16 of x as the kernels must write them. */
-static void check_q8(const char *what, const float *x, const int8_t *q, const float *ds, int64_t n) {
-    int bad = 0;
-    for (int64_t g = 0; g < n / 16 && bad < 5; g++) {
-        float amax = 0.f;
-        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[g * 16 + i]));
-        const float d = amax / 127.0f;
-        double sq = 0.0; /* the sum is d * sum(q) over the 16 */
-        for (int i = 0; i < 16; i++) sq += q[g * 16 + i];
-        if (fabs(ds[g * 2] - d) > 1e-6 * d + 1e-30 || fabs(ds[g * 2 + 1] - d * sq) > 1e-6 * d * 2032 + 1e-30) bad++;
-        for (int i = 0; i < 16; i++)
-            if (fabs((double)x[g * 16 + i] - (double)d * q[g * 16 + i]) > 0.5001 * d + 1e-30) bad++;
-    }
-    CHECKF(bad == 0, "%s: int8 blocks differ from the rule (%d bad)", what, bad);
-}
-
-static const uint32_t all_types[] = {MU_TYPE_Q4_K,   MU_TYPE_Q5_K,   MU_TYPE_Q6_K, MU_TYPE_Q8_0, MU_TYPE_Q4_0,
-                                     MU_TYPE_F16,    MU_TYPE_BF16,   MU_TYPE_F32,  MU_TYPE_Q4_1, MU_TYPE_Q5_0,
-                                     MU_TYPE_Q5_1,   MU_TYPE_IQ4_NL, MU_TYPE_IQ4_XS, MU_TYPE_Q2_K, MU_TYPE_Q3_K};
-#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
-
-static bool is_kquant(uint32_t t) { return t == MU_TYPE_Q4_K || t == MU_TYPE_Q5_K || t == MU_TYPE_Q6_K; }
-
-/* Rows of a multi-matrix launch's output y (the matrices' rows one after
- * another) that miss the reference's tolerance; *worst (if set): the
- * largest error over its tolerance. */
-static int rows_off(int nseg, const uint32_t *types, void *const *ws, const int64_t *rows, int64_t cols, const float *x,
-                    const int8_t *xq, const float *xds, int lane, const float *y, double *worst) {
-    int bad = 0;
-    int64_t off = 0;
-    for (int i = 0; i < nseg; i++) {
-        for (int64_t r = 0; r < rows[i]; r++) {
-            double tol;
-            const double ref = ref_row(types[i], (const uint8_t *)ws[i] + r * mu_row_bytes(types[i], cols), cols, x, xq,
-                                       xds, lane, &tol);
-            const double err = fabs(y[off + r] - ref);
-            if (!(err <= tol)) bad++;
-            if (worst && err / tol > *worst) *worst = err / tol;
-        }
-        off += rows[i];
-    }
-    return bad;
-}
 
 /* A STORE launch of nseg K-quant matrices (fast lane, input quantized)
  * against the reference: as the launch chooses, with ranges cut inside
@@ -333,7 +251,8 @@ static void test_resnorm_cols(int64_t cols) {
     double *hr = malloc(sizeof(double) * n), *ar = malloc(sizeof(double) * n), *tr = malloc(sizeof(double) * n);
     rand_vec(x, cols, 1.0f);
     rand_vec(h, n, 2.0f);
-    for (int64_t i = 0; i < n; i++) wp[i] = 0.25f * (1.0f + 0.1f * tl_rand_normal(&rng)), wn[i] = 1.0f + 0.1f * tl_rand_normal(&rng);
+    for (int64_t i = 0; i < n; i++)
+        wp[i] = 0.25f * (1.0f + 0.1f * tl_rand_normal(&kref_rng)), wn[i] = 1.0f + 0.1f * tl_rand_normal(&kref_rng);
     for (int with_post = 0; with_post < 2; with_post++) {
         int rc = mu_cuda_test_matvec_resnorm(type, w, n, cols, x, 1, with_post ? wp : NULL, 1e-8f, h, wn, 1e-5f, y, ho,
                                              ao, aq, ads, xq, xds);
@@ -365,7 +284,7 @@ static void test_embed(void) {
         float *wn = malloc(sizeof(float) * E), *h = malloc(sizeof(float) * T * E), *a = malloc(sizeof(float) * T * E);
         float *row = malloc(sizeof(float) * E);
         double *hr = malloc(sizeof(double) * E), *ar = malloc(sizeof(double) * E);
-        for (int64_t i = 0; i < E; i++) wn[i] = 1.0f + 0.1f * tl_rand_normal(&rng);
+        for (int64_t i = 0; i < E; i++) wn[i] = 1.0f + 0.1f * tl_rand_normal(&kref_rng);
         for (int en = 0; en < 2; en++) {
             CHECKF(mu_cuda_test_embed(type, w, V, E, tokens, T, en, wn, 1e-5f, h, a) == 0, "embed: %s", muser_last_error());
             double worst = 0;
@@ -453,7 +372,8 @@ static void test_qkv_post(void) {
         rand_vec(q, T * H * 128, 2.0f);
         rand_vec(k, T * Hk * 128, 2.0f);
         rand_vec(v, T * Hk * 128, 1.0f);
-        for (int i = 0; i < 128; i++) qnw[i] = 3.87f + 0.1f * tl_rand_normal(&rng), knw[i] = 1.0f + 0.1f * tl_rand_normal(&rng);
+        for (int i = 0; i < 128; i++)
+            qnw[i] = 3.87f + 0.1f * tl_rand_normal(&kref_rng), knw[i] = 1.0f + 0.1f * tl_rand_normal(&kref_rng);
         const int32_t slots[3] = {10, 0, 4};
         for (int t = 0; t < T; t++) mu_rope_table(&hp, 500000.0f, NULL, 100 + 37 * t, cs + t * n_rot);
         mu_cuda_test_qkv a = {T, H, Hk, n_rot, neox, 1, kv_f32, cap, q, k, v, qnw, knw, 1e-5f, cs, slots, parts, qn, kc, vc};
@@ -892,6 +812,7 @@ int main(void) {
         routes(MU_CU_ROUTE_AUTO, MU_CU_ROUTE_AUTO);
         printf(" matvec grid %s:\n", g_cap ? "capped at 1 block" : "uncapped");
         test_matvec();
+        test_matvec_rows_fast();
         test_gateup();
         test_resnorm();
         test_logits();

@@ -9,7 +9,7 @@
 #   lib/      shared libraries the GPU machine lacks (pcre2, cjson, microhttpd)
 #   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
 #
-#   [PP=512] [WIDTHS=1,2,4] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [parallel] [ROUNDS]
+#   [PP=512] [WIDTHS=1,2,4] [TUNES='a=1 b=0'] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [parallel] [ROUNDS]
 # Logs go to $OUT (or /tmp/cuda-run).
 set -u
 D=.devtree
@@ -94,10 +94,14 @@ esac
 case " $MODES " in *" parallel "*)
     # the batch-width ladder of the build under test (several sessions, one row each a step)
     while pgrep -f "synth --preset 30b" >/dev/null; do sleep 2; done
-    stamp "bench --parallel (new)"
-    with new env MUSER_QUIET=1 timeout 300 $D/new/muser bench -m $M --backend cuda --lane fast --parallel "${WIDTHS:-1,2,4,8,16}" \
-        --depths 0 -n 16 --rounds 2 >"$OUT/parallel.md" 2>"$OUT/parallel.err"
-    echo "rc=$?"; grep -E "^\| [0-9]" "$OUT/parallel.md"; tail -2 "$OUT/parallel.err"
+    # TUNES: tuning variants to run the ladder with too (space-separated MUSER_CUDA_TUNE values)
+    for tune in "" ${TUNES:-}; do
+        stamp "bench --parallel (new) ${tune:-defaults}"
+        f="$OUT/parallel${tune:+_$tune}.md"
+        with new env MUSER_QUIET=1 MUSER_CUDA_TUNE="$tune" timeout 300 $D/new/muser bench -m $M --backend cuda \
+            --lane fast --parallel "${WIDTHS:-1,2,4,8,16}" --depths 0 -n 16 --rounds 2 >"$f" 2>"$f.err"
+        echo "rc=$?"; grep -E "^\| [0-9]" "$f"; tail -2 "$f.err"
+    done
     ;;
 esac
 stamp done

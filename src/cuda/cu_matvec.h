@@ -108,6 +108,30 @@ cudaError_t mu_cu_matvec(const mu_cu_mv *a, const mu_cu_exec *x);
 cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *xin, int64_t ldx, float *y, int64_t ldy, int nrows,
                               const mu_cu_exec *x);
 
+/* Batched decode, fast lane: y_s[j][r] = W_s[r] . x[j] for the rows j <
+ * nrows and the segments s (one type and column count: one row space),
+ * each input staged as int8 groups of 16 in shared memory, the weights read
+ * once per launch of up to MU_CU_MVRF_MAX rows (fewer where the staged rows
+ * do not fit). */
+#define MU_CU_MVRF_MAX 8
+typedef struct mu_cu_mvr_seg {
+    mu_cu_weight w;
+    float *y;              /* [nrows][ldy]                                   */
+    int64_t ldy;
+} mu_cu_mvr_seg;
+typedef struct mu_cu_mvr {
+    mu_cu_mvr_seg seg[MU_CU_MAX_SEG];
+    int nseg;
+    mu_cu_act act;         /* row 0: q and ds (int8 groups as written), or x alone
+                              (f32, quantized while staged)                  */
+    int64_t ldx;           /* elements between rows of x and q (ds: ldx / 8 floats) */
+    int nrows;
+} mu_cu_mvr;
+/* Whether the fast B-row matvec takes weights of this type and column
+ * count (a type it has a kernel for; one row's staged input fits). */
+int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_input);
+cudaError_t mu_cu_matvec_rows_fast(const mu_cu_mvr *a, const mu_cu_exec *x);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,6 +41,16 @@ struct PolKQ {
         if constexpr (IN == MV_IN_NORM) kq_stage_norm(a.nin, a.seg[0].w.cols, sm);
         else kq_stage<IN == MV_IN_QUANT>(a.act, a.seg[0].w.cols, sm, pair);
     }
+    /* one input of the B-row matvec (MV_IN_COPY or MV_IN_QUANT), and the
+     * shared memory it takes (quantizing: the groups' scales wait past it) */
+    template <int IN>
+    __device__ static void stage_act(const mu_cu_act &act, int64_t cols, uint8_t *sm) {
+        kq_stage<IN == MV_IN_QUANT>(act, cols, sm, false);
+    }
+    template <int IN>
+    __host__ __device__ static size_t stage_bytes(int64_t cols) {
+        return (size_t)(cols >> 8) * (KQ_XQ + KQ_AUX) + (IN == MV_IN_QUANT ? (size_t)(cols / 16) * 8 : 0);
+    }
 
     template <uint32_t T>
     __device__ static void load_t(Regs &R, const mu_cu_weight &w, int64_t row) {
@@ -141,23 +151,31 @@ struct PolUnit {
     /* the int8 input and its scales, copied as they are or quantized from x */
     template <int IN>
     __device__ static void stage(const mu_cu_mv &a, uint8_t *sm, bool) {
+        stage_act<IN>(a.act, a.seg[0].w.cols, sm);
+    }
+    template <int IN>
+    __host__ __device__ static size_t stage_bytes(int64_t cols) {
+        return (size_t)((cols + 15) & ~15) + (size_t)(cols / 16) * 8;
+    }
+    template <int IN>
+    __device__ static void stage_act(const mu_cu_act &act, int64_t cols, uint8_t *sm) {
         static_assert(IN == MV_IN_COPY || IN == MV_IN_QUANT, "unit formats do not form their input");
-        const int ne = (int)a.seg[0].w.cols;
+        const int ne = (int)cols;
         int8_t *sq = reinterpret_cast<int8_t *>(sm);
         float *sds = reinterpret_cast<float *>(sm + ((ne + 15) & ~15));
         if constexpr (IN == MV_IN_QUANT) {
             for (int i = threadIdx.x; i < ne / 16; i += blockDim.x) {
                 uint4 q;
                 float2 ds;
-                quant_group16(a.act.x, i, q, ds);
+                quant_group16(act.x, i, q, ds);
                 reinterpret_cast<uint4 *>(sq)[i] = q;
                 reinterpret_cast<float2 *>(sds)[i] = ds;
             }
         } else {
             for (int i = threadIdx.x; i < ne / 16; i += blockDim.x)
-                reinterpret_cast<int4 *>(sq)[i] = __ldcg(reinterpret_cast<const int4 *>(a.act.q) + i);
+                reinterpret_cast<int4 *>(sq)[i] = __ldcg(reinterpret_cast<const int4 *>(act.q) + i);
             for (int i = threadIdx.x; i < ne / 32; i += blockDim.x)
-                reinterpret_cast<float4 *>(sds)[i] = __ldcg(reinterpret_cast<const float4 *>(a.act.ds) + i);
+                reinterpret_cast<float4 *>(sds)[i] = __ldcg(reinterpret_cast<const float4 *>(act.ds) + i);
         }
     }
     __device__ static void load(Regs &R, const mu_cu_weight &w, int64_t row, int i0, int i1) {

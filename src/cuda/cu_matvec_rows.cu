@@ -1,9 +1,14 @@
-/* cu_matvec_rows.cu — the B-row matvec of the exact lane (batched decode):
- * y[j][r] = W[r] . x[j] for j < nrows. Each warp loads a batch of a weight
- * row into registers once and dots it with every row's f32 input (the same
- * per-row arithmetic and order as the one-row kernel's exact lane), so the
- * weights stream from DRAM once for all rows; the inputs (a few KB per row)
- * come from L1/L2. Rows past NR run in further launches.
+/* cu_matvec_rows.cu — the B-row matvecs of batched decode: y[j][r] =
+ * W[r] . x[j] for j < nrows. Each warp loads a batch of a weight row into
+ * registers once and dots it with every row's input, so the weights stream
+ * from DRAM once for all rows.
+ *   exact lane: f32 inputs from L1/L2, the same per-row arithmetic and
+ *     order as the one-row kernel's exact lane; rows past NR run in further
+ *     launches.
+ *   fast lane: every block stages the rows' inputs as int8 groups of 16 in
+ *     shared memory (the one-row kernel's layout, a region per row) and
+ *     dots them with the one-row kernel's per-lane arithmetic; as many rows
+ *     a launch as fit shared memory, up to MU_CU_MVRF_MAX.
  */
 #include "cuda/cu_matvec_policy.cuh"
 
@@ -94,4 +99,159 @@ extern "C" cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *x, 
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
+}
+
+/* ---- fast lane ------------------------------------------------------------------------------ */
+
+#define MVRF_WARPS 16
+
+/* one row's staged input, rounded to 16 bytes */
+template <class P, int IN>
+__host__ __device__ static size_t mvrf_row_bytes(int64_t cols) {
+    return (P::template stage_bytes<IN>(cols) + 15) & ~(size_t)15;
+}
+
+template <class P, int IN>
+__global__ void __launch_bounds__(MVRF_WARPS * 32, 1) mvrf_kernel(const __grid_constant__ mu_cu_mvr a) {
+    extern __shared__ __align__(16) uint8_t sm[]; /* [nrows][row bytes] the staged inputs */
+    pdl_trigger();
+    pdl_wait();
+    const int64_t cols = a.seg[0].w.cols;
+    const size_t sb = mvrf_row_bytes<P, IN>(cols);
+    const int nrows = a.nrows;
+    for (int j = 0; j < nrows; j++) {
+        mu_cu_act x;
+        x.x = a.act.x ? a.act.x + j * a.ldx : NULL;
+        x.q = a.act.q ? a.act.q + j * a.ldx : NULL;
+        x.ds = a.act.ds ? a.act.ds + j * (a.ldx / 8) : NULL;
+        P::template stage_act<IN>(x, cols, sm + j * sb);
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t total = 0;
+    for (int s = 0; s < a.nseg; s++) total += a.seg[s].w.rows;
+    const mu_cu_act none = {NULL, NULL, NULL};
+    for (int64_t r = (int64_t)blockIdx.x * MVRF_WARPS + warp; r < total; r += (int64_t)gridDim.x * MVRF_WARPS) {
+        int s = 0;
+        int64_t row = r;
+        while (row >= a.seg[s].w.rows) row -= a.seg[s++].w.rows;
+        const mu_cu_weight &w = a.seg[s].w;
+        const int n_items = P::items(w);
+        float acc[MU_CU_MVRF_MAX];
+#pragma unroll
+        for (int j = 0; j < MU_CU_MVRF_MAX; j++) acc[j] = 0.f;
+        for (int i0 = 0; i0 < n_items; i0 += P::PER_BATCH) {
+            typename P::Regs R;
+            P::load(R, w, row, i0, min(i0 + P::PER_BATCH, n_items));
+#pragma unroll
+            for (int j = 0; j < MU_CU_MVRF_MAX; j++)
+                if (j < nrows) acc[j] += P::dot_fast(R, w, row, none, sm + j * sb);
+        }
+#pragma unroll
+        for (int j = 0; j < MU_CU_MVRF_MAX; j++)
+            if (j < nrows) {
+                const float v = warp_sum(acc[j]);
+                if (lane == 0) a.seg[s].y[j * a.seg[s].ldy + row] = v;
+            }
+    }
+}
+
+/* the current device's SM count and shared memory a block may opt in to */
+static cudaError_t mvrf_device(int *sms_out, int *optin_out) {
+    static int sms[MU_CU_MAX_DEVICES], optin[MU_CU_MAX_DEVICES];
+    int dev = 0;
+    cudaError_t e = current_device(&dev);
+    if (e != cudaSuccess) return e;
+    if (!sms[dev]) {
+        e = cudaDeviceGetAttribute(&optin[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) {
+            sms[dev] = 0;
+            return e;
+        }
+    }
+    *sms_out = sms[dev], *optin_out = optin[dev];
+    return cudaSuccess;
+}
+
+/* Launches of up to `per` rows (as many as one block's shared memory holds),
+ * the rows dealt evenly over the launches. */
+template <class P, int IN>
+static cudaError_t mvrf_launch(const mu_cu_mvr *a, const mu_cu_exec *ex) {
+    auto kernel = mvrf_kernel<P, IN>;
+    static bool opted[MU_CU_MAX_DEVICES];
+    int sms = 0, optin = 0, dev = 0;
+    cudaError_t e = mvrf_device(&sms, &optin);
+    if (e == cudaSuccess) e = current_device(&dev);
+    if (e != cudaSuccess) return e;
+    if (!opted[dev]) {
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+        if (e != cudaSuccess) return e;
+        opted[dev] = true;
+    }
+    const size_t sb = mvrf_row_bytes<P, IN>(a->seg[0].w.cols);
+    int per = (int)((size_t)optin / sb);
+    if (per > MU_CU_MVRF_MAX) per = MU_CU_MVRF_MAX;
+    if (per < 1) return cudaErrorInvalidValue;
+    int64_t total = 0;
+    for (int s = 0; s < a->nseg; s++) total += a->seg[s].w.rows;
+    int64_t blocks = (total + MVRF_WARPS - 1) / MVRF_WARPS;
+    if (blocks > sms) blocks = sms;
+    const int launches = (a->nrows + per - 1) / per;
+    for (int k = 0, j0 = 0; k < launches; k++) {
+        mu_cu_mvr c = *a;
+        c.nrows = (a->nrows - j0) / (launches - k);
+        if (c.act.x) c.act.x += j0 * a->ldx;
+        if (c.act.q) c.act.q += j0 * a->ldx;
+        if (c.act.ds) c.act.ds += j0 * (a->ldx / 8);
+        for (int s = 0; s < c.nseg; s++) c.seg[s].y += j0 * c.seg[s].ldy;
+        e = launch_pdl(kernel, dim3((unsigned)blocks), dim3(MVRF_WARPS * 32), sb * (size_t)c.nrows, ex, c);
+        if (e != cudaSuccess) return e;
+        j0 += c.nrows;
+    }
+    return cudaSuccess;
+}
+
+template <class P>
+static cudaError_t mvrf_input(const mu_cu_mvr *a, const mu_cu_exec *ex) {
+    return a->act.q ? mvrf_launch<P, MV_IN_COPY>(a, ex) : mvrf_launch<P, MV_IN_QUANT>(a, ex);
+}
+
+/* the types with a fast B-row kernel (a switch in one place: _ok and the launch agree) */
+template <class F>
+static cudaError_t mvrf_by_type(uint32_t type, F &&f) {
+    switch (type) {
+    case MU_TYPE_Q4_K: return f(kq_type_tag<MU_TYPE_Q4_K>(), (PolKQ<MU_TYPE_Q4_K> *)0);
+    case MU_TYPE_Q5_K: return f(kq_type_tag<MU_TYPE_Q5_K>(), (PolKQ<MU_TYPE_Q5_K> *)0);
+    case MU_TYPE_Q6_K: return f(kq_type_tag<MU_TYPE_Q6_K>(), (PolKQ<MU_TYPE_Q6_K> *)0);
+    case MU_TYPE_Q8_0: return f(kq_type_tag<MU_TYPE_Q8_0>(), (PolUnit<TQ80> *)0);
+    case MU_TYPE_Q4_0: return f(kq_type_tag<MU_TYPE_Q4_0>(), (PolUnit<TQ40> *)0);
+    case MU_TYPE_Q4_1: return f(kq_type_tag<MU_TYPE_Q4_1>(), (PolUnit<TIv<MU_TYPE_Q4_1>> *)0);
+    case MU_TYPE_Q5_0: return f(kq_type_tag<MU_TYPE_Q5_0>(), (PolUnit<TIv<MU_TYPE_Q5_0>> *)0);
+    case MU_TYPE_Q5_1: return f(kq_type_tag<MU_TYPE_Q5_1>(), (PolUnit<TIv<MU_TYPE_Q5_1>> *)0);
+    case MU_TYPE_IQ4_NL: return f(kq_type_tag<MU_TYPE_IQ4_NL>(), (PolUnit<TIv<MU_TYPE_IQ4_NL>> *)0);
+    case MU_TYPE_IQ4_XS: return f(kq_type_tag<MU_TYPE_IQ4_XS>(), (PolUnit<TIv<MU_TYPE_IQ4_XS>> *)0);
+    case MU_TYPE_Q2_K: return f(kq_type_tag<MU_TYPE_Q2_K>(), (PolUnit<TIv<MU_TYPE_Q2_K>> *)0);
+    case MU_TYPE_Q3_K: return f(kq_type_tag<MU_TYPE_Q3_K>(), (PolUnit<TIv<MU_TYPE_Q3_K>> *)0);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_input) {
+    int sms = 0, optin = 0;
+    if (mvrf_device(&sms, &optin) != cudaSuccess) return 0;
+    return mvrf_by_type(type, [&](auto, auto *pol) -> cudaError_t {
+               typedef std::remove_pointer_t<decltype(pol)> P;
+               const size_t sb = quant_input ? mvrf_row_bytes<P, MV_IN_QUANT>(cols) : mvrf_row_bytes<P, MV_IN_COPY>(cols);
+               return sb <= (size_t)optin ? cudaSuccess : cudaErrorInvalidValue;
+           }) == cudaSuccess;
+}
+
+extern "C" cudaError_t mu_cu_matvec_rows_fast(const mu_cu_mvr *a, const mu_cu_exec *ex) {
+    if (a->nseg < 1 || a->nseg > MU_CU_MAX_SEG || a->nrows < 1) return cudaErrorInvalidValue;
+    for (int s = 1; s < a->nseg; s++)
+        if (a->seg[s].w.type != a->seg[0].w.type || a->seg[s].w.cols != a->seg[0].w.cols) return cudaErrorInvalidValue;
+    return mvrf_by_type(a->seg[0].w.type, [&](auto, auto *pol) -> cudaError_t {
+        return mvrf_input<std::remove_pointer_t<decltype(pol)>>(a, ex);
+    });
 }

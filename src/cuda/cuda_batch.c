@@ -1,7 +1,8 @@
 /* cuda_batch.c — batched decode: one token for each of T sessions of a model
  * sharing its weights, on the leader's stream and activations (b =
  * rows[0]); b->h_rec holds row i's record, filled by row i's session (its
- * KV slot, routes and position). The matrices run once for all rows,
+ * KV slot, routes and position). The matrices run once for all rows (the
+ * B-row matvecs over the quantized weights, or the prefill GEMMs),
  * attention per row over its session's KV cache; the prefill path's op
  * order, apart on purpose.
  */
@@ -9,14 +10,76 @@
 
 #include "cuda/cuda_internal.h"
 
-/* Y = A . W^T for T rows: through the GEMMs, or (mv: the exact lane with
- * tuning.batch_exact_rows) the B-row matvec over the quantized weights (A
- * f32, [T][cols]), each row with its one-row decode's arithmetic. */
-static int mm_all(cuda_backend *b, bool mv, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
-    if (!mv) return cuda_gemm_all(b, w, A, Y, ldy, T);
-    if (!w->qs) return 0;
-    CU_CHECK(mu_cu_matvec_rows(w, (const float *)A, w->cols, Y, ldy, T, &b->exec));
+/* How a batched step runs its matrices. */
+typedef enum {
+    MM_GEMM,       /* the prefill GEMMs (fast lane: f16 inputs; exact lane: f32) */
+    MM_EXACT_ROWS, /* exact lane: the B-row matvec, f32 inputs, each row's one-row arithmetic */
+    MM_FAST_ROWS,  /* fast lane: the B-row matvec, int8 inputs staged per row */
+} mm_route;
+
+/* The fast lane takes the B-row matvec up to tune.batch_fast_rows rows, and
+ * at every width without the f16 weight cache, when it has a kernel for
+ * every matrix of the model. */
+static bool fast_rows_ok(const cuda_backend *b, int T) {
+    const cu_weights *W = b->w;
+    if (T > b->tune.batch_fast_rows && W->f16bytes) return false;
+    if (b->tune.batch_fast_rows == 0) return false;
+    for (int l = 0; l < b->m->hp.n_layer; l++) {
+        const cu_layer *D = &W->layers[l];
+        const mu_cu_weight *in_norm[] = {&D->wq, &D->wk, &D->wv, &D->wgate, &D->ffn_gate, &D->ffn_up};
+        for (size_t k = 0; k < sizeof in_norm / sizeof in_norm[0]; k++)
+            if (in_norm[k]->qs && !mu_cu_matvec_rows_fast_ok(in_norm[k]->type, in_norm[k]->cols, 0)) return false;
+        if (!mu_cu_matvec_rows_fast_ok(D->wo.type, D->wo.cols, 1) ||
+            !mu_cu_matvec_rows_fast_ok(D->ffn_down.type, D->ffn_down.cols, 1))
+            return false;
+    }
+    return mu_cu_matvec_rows_fast_ok(W->output.type, W->output.cols, 0);
+}
+
+static mm_route batch_route(const cuda_backend *b, int T) {
+    if (!b->fast) return b->tune.batch_exact_rows ? MM_EXACT_ROWS : MM_GEMM;
+    return fast_rows_ok(b, T) ? MM_FAST_ROWS : MM_GEMM;
+}
+
+/* Y_k = A . W_k^T for T rows and the n matrices of one input (row strides
+ * ldx of A, ldy[k] of Y_k). A: f16 [T][ldx] (MM_GEMM, fast lane), f32
+ * [T][ldx] (exact lane; MM_FAST_ROWS with aq NULL: quantized while staged),
+ * with aq/ads its int8 groups where the producer wrote them. MM_FAST_ROWS
+ * runs the matrices of one type in one launch. */
+static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws, float *const *ys,
+                  const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
+    if (route != MM_FAST_ROWS) {
+        for (int k = 0; k < n; k++) {
+            const mu_cu_weight *w = ws[k];
+            if (route == MM_GEMM) RC(cuda_gemm_all(b, w, A, ys[k], ldy[k], T));
+            else if (w->qs) CU_CHECK(mu_cu_matvec_rows(w, (const float *)A, ldx, ys[k], ldy[k], T, &b->exec));
+        }
+        return 0;
+    }
+    bool done[MU_CU_MAX_SEG] = {false};
+    for (int k = 0; k < n; k++) {
+        if (done[k] || !ws[k]->qs) continue;
+        mu_cu_mvr r;
+        memset(&r, 0, sizeof r);
+        r.act = cuda_act(aq ? NULL : (const float *)A, aq, ads);
+        r.ldx = ldx;
+        r.nrows = T;
+        for (int j = k; j < n; j++) {
+            if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
+            r.seg[r.nseg].w = *ws[j];
+            r.seg[r.nseg].y = ys[j];
+            r.seg[r.nseg++].ldy = ldy[j];
+            done[j] = true;
+        }
+        CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
+    }
     return 0;
+}
+
+/* one matrix of mm_set */
+static int mm_one(cuda_backend *b, mm_route route, const mu_cu_weight *w, float *y, int64_t ldy, const void *A,
+                  const int8_t *aq, const float *ads, int64_t ldx, int T) {
+    return mm_set(b, route, &w, &y, &ldy, 1, A, aq, ads, ldx, T);
 }
 
 /* Row i of a batched step, layer l: QK-norm + RoPE + KV append into kv's
@@ -40,31 +103,37 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
 static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     const mu_hparams *hp = &b->m->hp;
     const mu_cu_exec *x = &b->exec;
-    const bool f = b->fast;
-    const bool mv = !f && b->tune.batch_exact_rows;
+    const mm_route route = batch_route(b, T);
+    const bool f16 = b->fast && route == MM_GEMM; /* f16 inputs for the GEMMs */
+    const bool rows8 = route == MM_FAST_ROWS;     /* the normed inputs' int8 groups */
+    const int8_t *aq = rows8 ? b->aq : NULL;
+    const float *ads = rows8 ? b->ads : NULL;
     CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
-    mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f);
+    mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f16);
     rn.embd_norm = hp->embd_norm;
     CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
-    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
+    const void *A = f16 ? (const void *)b->a16 : (const void *)b->ax;
     for (int l = 0; l < hp->n_layer; l++) {
         const cu_layer *D = &b->w->layers[l];
-        RC(mm_all(b, mv, &D->wq, A, b->q, b->Q, T));
-        RC(mm_all(b, mv, &D->wk, A, b->k, b->KVD, T));
-        RC(mm_all(b, mv, &D->wv, A, b->v, b->KVD, T));
-        RC(mm_all(b, mv, &D->wgate, A, b->g, b->Q, T));
-        for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f));
-        RC(mm_all(b, mv, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T));
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, x));
-        RC(mm_all(b, mv, &D->ffn_gate, A, b->ff, b->F, T));
-        RC(mm_all(b, mv, &D->ffn_up, A, b->fu, b->F, T));
-        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, x));
-        RC(mm_all(b, mv, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T));
+        const mu_cu_weight *qkvg[] = {&D->wq, &D->wk, &D->wv, &D->wgate};
+        float *const qkvg_y[] = {b->q, b->k, b->v, b->g};
+        const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
+        RC(mm_set(b, route, qkvg, qkvg_y, qkvg_ld, 4, A, aq, ads, b->E, T));
+        for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
+        RC(mm_one(b, route, &D->wo, b->t, b->E, f16 ? (const void *)b->o16 : (const void *)b->o, NULL, NULL, b->Q, T));
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
+        const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
+        float *const gu_y[] = {b->ff, b->fu};
+        const int64_t gu_ld[] = {b->F, b->F};
+        RC(mm_set(b, route, gu, gu_y, gu_ld, 2, A, aq, ads, b->E, T));
+        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f16 ? b->f16b : NULL, b->F, T, x));
+        RC(mm_one(b, route, &D->ffn_down, b->t, b->E, f16 ? (const void *)b->f16b : (const void *)b->ff, NULL, NULL,
+                  b->F, T));
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_ffn_norm, next, f), T, x));
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_ffn_norm, next, f16), T, x));
     }
     RC(cuda_logit_rows_reserve(b, T));
-    RC(mm_all(b, mv, &b->w->output, A, b->logits_all, b->V, T));
+    RC(mm_one(b, route, &b->w->output, b->logits_all, b->V, A, aq, ads, b->E, T));
     CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
     return 0;
 }
@@ -73,10 +142,8 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
  * sessions of the model sharing its weights, on rows[0]'s stream and
  * activations. Each row's session appends its position to its own planes
  * and decides its own routes (its record is copied into the leader's
- * records); the matrices run once for all rows through the prefill GEMMs
- * (fast lane: the f16 weight cache when it fits; exact lane: f32
- * dequantization per matrix), attention per row over the row's own KV
- * cache. Rows that cannot be mixed, or fewer than the tuning's batch_min_fast
+ * records); the matrices run once for all rows (batch_route), attention per
+ * row over the row's own KV cache. Rows that cannot be mixed, or fewer than the tuning's batch_min_fast
  * / batch_min_exact (0: never), answer MUSER_EUNSUPPORTED before anything
  * changes: the engine then feeds them one by one through the decode graph. */
 int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, const int *pos, int n,

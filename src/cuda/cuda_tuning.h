@@ -38,6 +38,9 @@ typedef struct mu_cuda_tuning {
     int batch_exact_rows; /* exact lane: batched decode through the B-row matvec over the quantized weights instead
                              of the GEMMs (0: as slow per row as one-by-one decode on the 30B, bound by its f32
                              activation loads) */
+    int batch_fast_rows;  /* fast lane: batched steps of up to this many rows through the B-row matvec over the
+                             quantized weights (int8 inputs staged per row; 0: never), more through the f16 GEMMs
+                             where the weight cache exists (without it always the B-row matvec) */
     int prefill_cache;    /* fast lane: f16 copies of every matrix for the prefill GEMMs; -1 where they fit with
                              3 GB to spare, 0 never, 1 always (pp512 8,794 tok/s with it, 1,022 without, one H100) */
     int tp_symmetric;     /* tensor parallel: the all-reduce buffers in NCCL symmetric windows (2 x H200: 9.0 ->

@@ -2,7 +2,8 @@
 # entry points of tests/cuda/cu_test.cu) and fixture parity. Exits 77
 # (skipped) on machines without a GPU or builds without nvcc.
 if(MUSER_HAVE_CUDA)
-  muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c tests/cuda/cu_test.cu)
+  muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c tests/cuda/cu_test.cu tests/cuda/kernel_ref.c
+               tests/cuda/rows_test.c)
   muser_cuda_target(test_cuda)
   target_include_directories(test_cuda PRIVATE tests/cuda)
 else()

@@ -224,6 +224,58 @@ extern "C" int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *
     return 0;
 }
 
+extern "C" int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void *const *raws, const int64_t *rows,
+                                             int64_t cols, const float *x, int nrows, float *y, int8_t *xq,
+                                             float *xds) {
+    Pool pool;
+    const size_t n = (size_t)nrows * (size_t)cols;
+    float *dx = pool.up(x, n);
+    int8_t *q = pool.get<int8_t>(n, 0x7f);
+    float *ds = pool.get<float>(n / 8, 0xff);
+    if (!dx || !q || !ds) return mu_fail(-8, "cudaMalloc failed");
+    TCK(quantize_rows(dx, q, ds, cols, nrows, 0));
+    TCK(cudaDeviceSynchronize());
+    RCK(down(xq, q, n));
+    RCK(down(xds, ds, n / 8));
+    mu_cu_mvr a;
+    memset(&a, 0, sizeof a);
+    a.nseg = nseg;
+    a.ldx = cols;
+    a.nrows = nrows;
+    int64_t total = 0;
+    for (int i = 0; i < nseg; i++) total += rows[i];
+    for (int run = 0; run < 2; run++) { /* the int8 input as written, then x quantized while staged */
+        a.act.x = run ? dx : nullptr;
+        a.act.q = run ? nullptr : q;
+        a.act.ds = run ? nullptr : ds;
+        for (int i = 0; i < nseg; i++) {
+            if (!run) RCK(make_weight(pool, type, raws[i], rows[i], cols, &a.seg[i].w));
+            a.seg[i].y = pool.get<float>((size_t)nrows * rows[i], 0xff);
+            a.seg[i].ldy = rows[i];
+        }
+        TCK(mu_cu_matvec_rows_fast(&a, &g_x));
+        TCK(cudaDeviceSynchronize());
+        std::vector<float> yr((size_t)nrows * total);
+        int64_t off = 0;
+        for (int i = 0; i < nseg; i++) {
+            std::vector<float> ys((size_t)nrows * rows[i]);
+            RCK(down(ys.data(), a.seg[i].y, ys.size()));
+            for (int j = 0; j < nrows; j++)
+                memcpy(&yr[(size_t)j * total + off], &ys[(size_t)j * rows[i]], sizeof(float) * rows[i]);
+            off += rows[i];
+        }
+        if (!run) {
+            memcpy(y, yr.data(), sizeof(float) * yr.size());
+            continue;
+        }
+        for (size_t i = 0; i < yr.size(); i++)
+            if (memcmp(&yr[i], &y[i], sizeof(float)))
+                return mu_fail(-9, "B-row matvec quantizing its input: row %zu of %d, %.9g vs %.9g", i / total, nrows,
+                               (double)yr[i], (double)y[i]);
+    }
+    return 0;
+}
+
 extern "C" int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows, int64_t cols, bool to_f16,
                                     float *out) {
     Pool pool;

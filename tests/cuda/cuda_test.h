@@ -34,6 +34,12 @@ int mu_cuda_selftest_kq(char *msg, size_t cap);
  * (mu_cu_mv.batch_parts), summed here in order into y. */
 int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *const *raws, const int64_t *rows, int64_t cols,
                         const float *x, int lane, float *y, int8_t *xq, float *xds, int batch_parts);
+/* The fast lane's B-row matvec (batched decode): nrows inputs x
+ * ([nrows][cols]) quantized on the device (copied to xq, xds), one launch
+ * set over nseg matrices of one type; y [nrows][total rows]. Also runs it
+ * quantizing x while staging: a bit that differs is an error. */
+int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
+                                  const float *x, int nrows, float *y, int8_t *xq, float *xds);
 int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows, int64_t cols, bool to_f16, float *out);
 /* gate/up matvec with fused SwiGLU. */
 int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *up, int64_t F, int64_t cols, const float *x,

@@ -1,0 +1,60 @@
+/* rows_test.c — the fast lane's B-row matvec (batched decode) against the
+ * CPU reference, every row of every launch: each weight format it takes,
+ * row counts on both sides of one launch (1, 2, 5, 8, then 13 and 17 in
+ * launches dealt evenly), one matrix and a row space of several, inputs
+ * wide enough that fewer rows fit one launch's shared memory. */
+#include <stdlib.h>
+
+#include "cuda/cuda_test.h"
+#include "kernel_ref.h"
+#include "muser.h"
+#include "quant/quant.h"
+#include "rows_test.h"
+#include "testlib.h"
+
+static void check_case(int nseg, uint32_t type, const int64_t *rows, int64_t cols, int nrows) {
+    void *ws[4];
+    int64_t total = 0;
+    for (int i = 0; i < nseg; i++) ws[i] = rand_weight(type, rows[i], cols), total += rows[i];
+    float *x = malloc(sizeof(float) * (size_t)(cols * nrows)), *y = malloc(sizeof(float) * (size_t)(total * nrows));
+    int8_t *xq = malloc((size_t)(cols * nrows));
+    float *xds = malloc(sizeof(float) * (size_t)(cols * nrows) / 8);
+    for (int j = 0; j < nrows; j++) rand_vec(x + j * cols, cols, 0.5f + 0.5f * (float)j); /* scales differ by row */
+    for (int64_t i = 0; i < total * nrows; i++) y[i] = 0.0f;
+    const int rc = mu_cuda_test_matvec_rows_fast(nseg, type, (const void *const *)ws, rows, cols, x, nrows, y, xq, xds);
+    CHECKF(rc == 0, "B-row matvec %s, %d rows x %lld: %s", mu_type_name(type), nrows, (long long)cols,
+           muser_last_error());
+    int bad = 0;
+    double worst = 0;
+    for (int j = 0; rc == 0 && j < nrows; j++) {
+        check_q8("B-row matvec input", x + j * cols, xq + j * cols, xds + j * cols / 8, cols);
+        bad += rows_off(nseg, (const uint32_t[]){type, type, type, type}, ws, rows, cols, x + j * cols, xq + j * cols,
+                        xds + j * cols / 8, 1, y + j * total, &worst);
+    }
+    CHECKF(bad == 0, "B-row matvec %s, %d matrices of %lld rows in all x %lld, %d input rows: %d row-dots off "
+           "(worst %.2f x tol)", mu_type_name(type), nseg, (long long)total, (long long)cols, nrows, bad, worst);
+    for (int i = 0; i < nseg; i++) free(ws[i]);
+    free(x), free(y), free(xq), free(xds);
+}
+
+void test_matvec_rows_fast(void) {
+    int types = 0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t type = all_types[ti];
+        if (type == MU_TYPE_F32 || type == MU_TYPE_F16 || type == MU_TYPE_BF16) continue; /* (the GEMMs take them) */
+        types++;
+        const int64_t rows[1] = {77};
+        const int counts[] = {1, 2, 5, 8, 13};
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) check_case(1, type, rows, 512, counts[k]);
+    }
+    /* the 30B's widths: q, k, v, gate's row space of 26-block rows (ragged
+     * segments); down's 78-block rows, whose staged inputs (quantized while
+     * staged) fit five to a launch: 17 rows in four launches */
+    const int64_t qkvg[4] = {301, 40, 41, 257}, down[1] = {203};
+    check_case(4, MU_TYPE_Q4_K, qkvg, 6656, 8);
+    check_case(4, MU_TYPE_Q6_K, qkvg, 6656, 3);
+    check_case(1, MU_TYPE_Q6_K, down, 19968, 17);
+    check_case(1, MU_TYPE_Q8_0, down, 19968, 6);
+    printf("  B-row matvec, fast lane: %d formats x 1, 2, 5, 8, 13 rows; 4-matrix row spaces and 78-block rows\n",
+           types);
+}

@@ -1,0 +1,7 @@
+/* rows_test.h — the B-row matvec's kernel test (tests/cuda/rows_test.c). */
+#ifndef MU_ROWS_TEST_H
+#define MU_ROWS_TEST_H
+
+void test_matvec_rows_fast(void);
+
+#endif
