@@ -151,9 +151,11 @@ static void test_matvec(void) {
 }
 
 static void test_dequant(void) {
-    for (int ti = 0; ti < N_TYPES; ti++) {
-        const uint32_t type = all_types[ti];
-        const int64_t rows = 9, cols = 512;
+    /* one partial span, and many spans (dequant_kernel writes spans of 32 KB) */
+    static const int64_t shapes[2][2] = {{9, 512}, {301, 1024}};
+    for (int ti = 0; ti < 2 * N_TYPES; ti++) {
+        const uint32_t type = all_types[ti % N_TYPES];
+        const int64_t rows = shapes[ti / N_TYPES][0], cols = shapes[ti / N_TYPES][1];
         void *w = rand_weight(type, rows, cols);
         float *ref = malloc(sizeof(float) * rows * cols), *out = malloc(sizeof(float) * rows * cols);
         for (int64_t r = 0; r < rows; r++) mu_dequant_row(type, (const uint8_t *)w + r * mu_row_bytes(type, cols), ref + r * cols, cols);
@@ -169,7 +171,7 @@ static void test_dequant(void) {
         }
         free(w), free(ref), free(out);
     }
-    printf("  dequant: %d formats to f32 and f16, bit-exact\n", N_TYPES);
+    printf("  dequant: %d formats to f32 and f16, 9 x 512 and 301 x 1024, bit-exact\n", N_TYPES);
 }
 
 static void test_gateup(void) {

@@ -9,7 +9,8 @@
 #   lib/      shared libraries the GPU machine lacks (pcre2, cjson, microhttpd)
 #   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
 #
-#   [PP=512] [WIDTHS=1,2,4] [TUNES='a=1 b=0'] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab] [parallel] [ROUNDS]
+#   [PP=512] [WIDTHS=1,2,4] [TUNES='a=1 b=0'] [PP_TUNES=...] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab]
+#       [parallel] [pp] [ROUNDS]
 # Logs go to $OUT (or /tmp/cuda-run).
 set -u
 D=.devtree
@@ -101,6 +102,18 @@ case " $MODES " in *" parallel "*)
         with new env MUSER_QUIET=1 MUSER_CUDA_TUNE="$tune" timeout 300 $D/new/muser bench -m $M --backend cuda \
             --lane fast --parallel "${WIDTHS:-1,2,4,8,16}" --depths 0 -n 16 --rounds 2 >"$f" 2>"$f.err"
         echo "rc=$?"; grep -E "^\| [0-9]" "$f"; tail -2 "$f.err"
+    done
+    ;;
+esac
+case " $MODES " in *" pp "*)
+    # prefill of the build under test: pp512 and decode at depth 0, defaults and each of PP_TUNES
+    while pgrep -f "synth --preset 30b" >/dev/null; do sleep 2; done
+    for tune in "" ${PP_TUNES:-}; do
+        stamp "bench --pp 512 (new) ${tune:-defaults}"
+        with new env MUSER_QUIET=1 MUSER_CUDA_TUNE="$tune" timeout 200 $D/new/muser bench -m $M --backend cuda \
+            --lane fast --depths 0 -n 32 --pp 512 >"$OUT/pp${tune:+_$tune}.md" 2>"$OUT/pp${tune:+_$tune}.err"
+        echo "rc=$? $(grep -E '^\| [0-9]' "$OUT/pp${tune:+_$tune}.md" | awk -F'|' '{printf "d%s %s tok/s; ", $2, $3}')"
+        grep -iE "^prefill|pp[0-9]|memory|holds" "$OUT/pp${tune:+_$tune}.md" "$OUT/pp${tune:+_$tune}.err" | head -4
     done
     ;;
 esac
