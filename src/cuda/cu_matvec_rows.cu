@@ -105,10 +105,17 @@ extern "C" cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *x, 
 
 #define MVRF_WARPS 16
 
-/* one row's staged input, rounded to 16 bytes */
-template <class P, int IN>
+/* One row's staged input, rounded to 16 bytes; quantizing while staging
+ * takes scratch past it (the groups' scales) that the next row's region
+ * reuses (rows are staged one after the other), so a launch of n rows
+ * takes n row regions and one scratch. */
+template <class P>
 __host__ __device__ static size_t mvrf_row_bytes(int64_t cols) {
-    return (P::template stage_bytes<IN>(cols) + 15) & ~(size_t)15;
+    return (P::template stage_bytes<MV_IN_COPY>(cols) + 15) & ~(size_t)15;
+}
+template <class P, int IN>
+__host__ __device__ static size_t mvrf_scratch_bytes(int64_t cols) {
+    return P::template stage_bytes<IN>(cols) - P::template stage_bytes<MV_IN_COPY>(cols);
 }
 
 template <class P, int IN>
@@ -117,7 +124,7 @@ __global__ void __launch_bounds__(MVRF_WARPS * 32, 1) mvrf_kernel(const __grid_c
     pdl_trigger();
     pdl_wait();
     const int64_t cols = a.seg[0].w.cols;
-    const size_t sb = mvrf_row_bytes<P, IN>(cols);
+    const size_t sb = mvrf_row_bytes<P>(cols);
     const int nrows = a.nrows;
     for (int j = 0; j < nrows; j++) {
         mu_cu_act x;
@@ -125,8 +132,8 @@ __global__ void __launch_bounds__(MVRF_WARPS * 32, 1) mvrf_kernel(const __grid_c
         x.q = a.act.q ? a.act.q + j * a.ldx : NULL;
         x.ds = a.act.ds ? a.act.ds + j * (a.ldx / 8) : NULL;
         P::template stage_act<IN>(x, cols, sm + j * sb);
+        __syncthreads(); /* (row j's scratch is row j + 1's region) */
     }
-    __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t total = 0;
     for (int s = 0; s < a.nseg; s++) total += a.seg[s].w.rows;
@@ -189,8 +196,8 @@ static cudaError_t mvrf_launch(const mu_cu_mvr *a, const mu_cu_exec *ex) {
         if (e != cudaSuccess) return e;
         opted[dev] = true;
     }
-    const size_t sb = mvrf_row_bytes<P, IN>(a->seg[0].w.cols);
-    int per = (int)((size_t)optin / sb);
+    const size_t sb = mvrf_row_bytes<P>(a->seg[0].w.cols), scratch = mvrf_scratch_bytes<P, IN>(a->seg[0].w.cols);
+    int per = (size_t)optin > scratch ? (int)(((size_t)optin - scratch) / sb) : 0;
     if (per > MU_CU_MVRF_MAX) per = MU_CU_MVRF_MAX;
     if (per < 1) return cudaErrorInvalidValue;
     int64_t total = 0;
@@ -205,7 +212,7 @@ static cudaError_t mvrf_launch(const mu_cu_mvr *a, const mu_cu_exec *ex) {
         if (c.act.q) c.act.q += j0 * a->ldx;
         if (c.act.ds) c.act.ds += j0 * (a->ldx / 8);
         for (int s = 0; s < c.nseg; s++) c.seg[s].y += j0 * c.seg[s].ldy;
-        e = launch_pdl(kernel, dim3((unsigned)blocks), dim3(MVRF_WARPS * 32), sb * (size_t)c.nrows, ex, c);
+        e = launch_pdl(kernel, dim3((unsigned)blocks), dim3(MVRF_WARPS * 32), sb * (size_t)c.nrows + scratch, ex, c);
         if (e != cudaSuccess) return e;
         j0 += c.nrows;
     }
@@ -242,8 +249,9 @@ extern "C" int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_
     if (mvrf_device(&sms, &optin) != cudaSuccess) return 0;
     return mvrf_by_type(type, [&](auto, auto *pol) -> cudaError_t {
                typedef std::remove_pointer_t<decltype(pol)> P;
-               const size_t sb = quant_input ? mvrf_row_bytes<P, MV_IN_QUANT>(cols) : mvrf_row_bytes<P, MV_IN_COPY>(cols);
-               return sb <= (size_t)optin ? cudaSuccess : cudaErrorInvalidValue;
+               const size_t need = mvrf_row_bytes<P>(cols) +
+                                   (quant_input ? mvrf_scratch_bytes<P, MV_IN_QUANT>(cols) : 0);
+               return need <= (size_t)optin ? cudaSuccess : cudaErrorInvalidValue;
            }) == cudaSuccess;
 }
 
