@@ -15,11 +15,11 @@
  *     than one B-row launch (17 > 16) and more rows than the leader's
  *     n_batch (chunks of 3 + 3 + 1, the last fed row by row);
  *   batched decode, fast lane, through the B-row matvec over the quantized
- *     weights (the default up to tuning batch_fast_rows): the one-row
- *     decode's int8 arithmetic, so held to the f16 KV cache's own error
- *     (mean KL <= 1.5e-5) with no top-1 change, 4 rows and 17 (launches of
- *     several rows each); through the f16 GEMMs (batch_fast_rows=0): only
- *     finite logits and top-1 agreement (90%);
+ *     weights (the default up to tuning batch_fast_rows): int8 inputs as in
+ *     the one-row decode, so against exact-lane twins its mean KL is at most
+ *     1.25x the one-row decode's, and top-1 agrees with it (90%), 4 rows and
+ *     17 (launches of several rows each); through the f16 GEMMs
+ *     (batch_fast_rows=0): finite logits and top-1 agreement (90%);
  *   rows fed one by one (fewer than the exact lane's default 6, or
  *     batch_min_* = 0): bit-identical.
  *
@@ -115,19 +115,22 @@ static void test_sharing(const muser_model *m, int V) {
 /* n batched sessions against twins fed one token at a time. */
 static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane, muser_kv_type kv, int n_batch,
                             bool expect_identical) {
-    muser_session *batch[MAX_ROWS], *single[MAX_ROWS];
+    muser_session *batch[MAX_ROWS], *single[MAX_ROWS], *ref[MAX_ROWS] = {NULL};
+    const bool fast = lane == MUSER_LANE_FAST;
     uint64_t rng = 4321 + (uint64_t)n;
     for (int i = 0; i < n; i++) {
         batch[i] = new_session(m, lane, kv, n_batch);
         single[i] = new_session(m, lane, kv, n_batch);
-        if (!batch[i] || !single[i]) return;
+        if (fast) ref[i] = new_session(m, MUSER_LANE_EXACT, MUSER_KV_F32, n_batch);
+        if (!batch[i] || !single[i] || (fast && !ref[i])) return;
         int len = 1 + 7 * i; /* different positions */
         muser_token prompt[8 * MAX_ROWS];
         for (int k = 0; k < len; k++) prompt[k] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
         CHECK(muser_session_feed(batch[i], prompt, len, false) == 0);
         CHECK(muser_session_feed(single[i], prompt, len, false) == 0);
+        if (fast) CHECK(muser_session_feed(ref[i], prompt, len, false) == 0);
     }
-    double worst = 0, worst_kl = 0;
+    double worst = 0, worst_kl = 0, kl_batch_ref = 0, kl_single_ref = 0;
     int top1_diff = 0, rows = 0;
     bool finite = true;
     for (int step = 0; step < STEPS; step++) {
@@ -135,6 +138,14 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
         if (tl_batch_step(batch, single, n, V, &rng, tokens, step) != 0) break;
         for (int i = 0; i < n; i++) {
             const float *a = muser_session_logits(batch[i]), *b = muser_session_logits(single[i]);
+            if (fast) { /* both against the exact lane: the fast lane's own error */
+                CHECK(muser_session_feed(ref[i], &tokens[i], 1, false) == 0);
+                mu_parity pa, pb;
+                mu_parity_compare(muser_session_logits(ref[i]), a, 1, V, &pa);
+                mu_parity_compare(muser_session_logits(ref[i]), b, 1, V, &pb);
+                kl_batch_ref += pa.mean_kl;
+                kl_single_ref += pb.mean_kl;
+            }
             for (int v = 0; v < V && finite; v++) finite = isfinite(a[v]);
             worst = fmax(worst, max_diff(a, b, V));
             mu_parity pr;
@@ -147,12 +158,16 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     const char *name = lane == MUSER_LANE_FAST ? "fast" : "exact";
     const char *kvn = kv == MUSER_KV_F16 ? "f16" : "f32";
     const char *tune = getenv("MUSER_CUDA_TUNE");
-    const bool gemm = lane == MUSER_LANE_FAST ? tune && strstr(tune, "batch_fast_rows=0")
-                                              : !(tune && strstr(tune, "batch_exact_rows=1"));
+    const char *fr = tune ? strstr(tune, "batch_fast_rows=") : NULL;
+    const int fast_rows = fr ? atoi(fr + strlen("batch_fast_rows=")) : 7; /* (the tuning's default) */
+    const bool gemm = lane == MUSER_LANE_FAST ? n > fast_rows : !(tune && strstr(tune, "batch_exact_rows=1"));
     const char *how = gemm ? "GEMMs" : "B-row matvec";
     printf("rows %2d, batch %2d, %-5s lane, kv %s, %-12s: max |batched - single| = %.3g, max KL %.3g, top-1 changes "
-           "%d / %d\n",
+           "%d / %d",
            n, n_batch, name, kvn, how, worst, worst_kl, top1_diff, rows);
+    if (fast && rows)
+        printf("; mean KL against the exact lane: batched %.3g, single %.3g", kl_batch_ref / rows, kl_single_ref / rows);
+    printf("\n");
     CHECKF(finite, "rows %d %s: non-finite logits", n, name);
     if (expect_identical) {
         CHECKF(worst == 0.0, "rows %d %s kv %s: the one-by-one fallback differs by %.3g", n, name, kvn, worst);
@@ -167,14 +182,17 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
         CHECKF(worst_kl <= 1.5e-5 && top1_diff == 0, "rows %d exact kv %s: KL %.3g > 1.5e-5 or %d top-1 changes", n,
                kvn, worst_kl, top1_diff);
     } else if (!gemm) {
-        CHECKF(worst_kl <= 1.5e-5 && top1_diff == 0, "rows %d fast, B-row matvec: KL %.3g > 1.5e-5 or %d top-1 changes",
-               n, worst_kl, top1_diff);
+        /* the one-row decode's int8 arithmetic: as close to the exact lane */
+        CHECKF(kl_batch_ref <= 1.25 * kl_single_ref + 1e-6 * rows && top1_diff * 10 <= rows,
+               "rows %d fast, B-row matvec: mean KL against the exact lane %.3g (the one-row decode's %.3g), %d of %d "
+               "top-1 changes", n, kl_batch_ref / rows, kl_single_ref / rows, top1_diff, rows);
     } else {
         CHECKF(top1_diff * 10 <= rows, "rows %d fast: %d of %d top-1 changes", n, top1_diff, rows);
     }
     for (int i = 0; i < n; i++) {
         muser_session_free(batch[i]);
         muser_session_free(single[i]);
+        muser_session_free(ref[i]);
     }
 }
 
@@ -189,12 +207,15 @@ static void run_model(const char *path) {
     const int V = info.n_vocab;
     printf("%s:\n", path);
     test_sharing(m, V);
-    /* defaults: exact lane batched from 6 rows (GEMMs), fast lane from 2 */
+    /* defaults: exact lane batched from 6 rows (GEMMs), fast lane from 2 (4
+     * rows: the B-row matvec) */
+    unsetenv("MUSER_CUDA_TUNE");
     batch_vs_single(m, V, 17, MUSER_LANE_EXACT, MUSER_KV_F32, 32, false);
     batch_vs_single(m, V, 6, MUSER_LANE_EXACT, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 4, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
-    batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
     batch_vs_single(m, V, 3, MUSER_LANE_EXACT, MUSER_KV_F32, 16, true); /* too few: one by one */
+    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=32", 1); /* 17 rows: two launches */
+    batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
     setenv("MUSER_CUDA_TUNE", "batch_min_fast=2,batch_min_exact=2", 1);
     batch_vs_single(m, V, 2, MUSER_LANE_EXACT, MUSER_KV_F32, 16, false);
     batch_vs_single(m, V, 7, MUSER_LANE_EXACT, MUSER_KV_F32, 3, false); /* chunks of 3 + 3 + 1 */

@@ -17,13 +17,11 @@ typedef enum {
     MM_FAST_ROWS,  /* fast lane: the B-row matvec, int8 inputs staged per row */
 } mm_route;
 
-/* The fast lane takes the B-row matvec up to tune.batch_fast_rows rows, and
- * at every width without the f16 weight cache, when it has a kernel for
- * every matrix of the model. */
+/* The fast lane takes the B-row matvec up to tune.batch_fast_rows rows,
+ * when it has a kernel for every matrix of the model. */
 static bool fast_rows_ok(const cuda_backend *b, int T) {
     const cu_weights *W = b->w;
-    if (T > b->tune.batch_fast_rows && W->f16bytes) return false;
-    if (b->tune.batch_fast_rows == 0) return false;
+    if (T > b->tune.batch_fast_rows) return false;
     for (int l = 0; l < b->m->hp.n_layer; l++) {
         const cu_layer *D = &W->layers[l];
         const mu_cu_weight *in_norm[] = {&D->wq, &D->wk, &D->wv, &D->wgate, &D->ffn_gate, &D->ffn_up};
