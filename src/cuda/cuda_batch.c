@@ -19,10 +19,8 @@ typedef enum {
 
 /* The fast lane takes the B-row matvec up to tune.batch_fast_rows rows,
  * when it has a kernel for every matrix of the model. */
-static bool fast_rows_ok(const cuda_backend *b, int T) {
-    const cu_weights *W = b->w;
-    if (T > b->tune.batch_fast_rows) return false;
-    for (int l = 0; l < b->m->hp.n_layer; l++) {
+static bool fast_rows_every_matrix(const cu_weights *W, int n_layer) {
+    for (int l = 0; l < n_layer; l++) {
         const cu_layer *D = &W->layers[l];
         const mu_cu_weight *in_norm[] = {&D->wq, &D->wk, &D->wv, &D->wgate, &D->ffn_gate, &D->ffn_up};
         for (size_t k = 0; k < sizeof in_norm / sizeof in_norm[0]; k++)
@@ -32,6 +30,12 @@ static bool fast_rows_ok(const cuda_backend *b, int T) {
             return false;
     }
     return mu_cu_matvec_rows_fast_ok(W->output.type, W->output.cols, 0);
+}
+
+static bool fast_rows_ok(const cuda_backend *b, int T) {
+    if (T > b->tune.batch_fast_rows) return false;
+    if (!b->w->fast_rows) b->w->fast_rows = fast_rows_every_matrix(b->w, b->m->hp.n_layer) ? 1 : 2;
+    return b->w->fast_rows == 1;
 }
 
 static mm_route batch_route(const cuda_backend *b, int T) {

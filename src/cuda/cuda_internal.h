@@ -71,6 +71,7 @@ typedef struct cu_weights {
     mu_cu_weight tok_embd, output;
     cu_layer *layers;         /* [n_layer] */
     float *output_norm;       /* [n_embd]  */
+    int fast_rows;            /* the fast B-row matvec takes every matrix: 0 not yet asked, 1 yes, 2 no */
     struct cu_weights *next;
 } cu_weights;
 
