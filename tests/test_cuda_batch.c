@@ -17,7 +17,7 @@
  *   batched decode, fast lane, through the B-row matvec over the quantized
  *     weights (the default up to tuning batch_fast_rows): int8 inputs as in
  *     the one-row decode, so against exact-lane twins its mean KL is at most
- *     1.25x the one-row decode's, and top-1 agrees with it (90%), 4 rows and
+ *     1.5x the one-row decode's, and top-1 agrees with it (90%), 4 rows and
  *     17 (launches of several rows each); through the f16 GEMMs
  *     (batch_fast_rows=0): finite logits and top-1 agreement (90%);
  *   rows fed one by one (fewer than the exact lane's default 6, or
@@ -183,7 +183,7 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
                kvn, worst_kl, top1_diff);
     } else if (!gemm) {
         /* the one-row decode's int8 arithmetic: as close to the exact lane */
-        CHECKF(kl_batch_ref <= 1.25 * kl_single_ref + 1e-6 * rows && top1_diff * 10 <= rows,
+        CHECKF(kl_batch_ref <= 1.5 * kl_single_ref + 1e-6 * rows && top1_diff * 10 <= rows,
                "rows %d fast, B-row matvec: mean KL against the exact lane %.3g (the one-row decode's %.3g), %d of %d "
                "top-1 changes", n, kl_batch_ref / rows, kl_single_ref / rows, top1_diff, rows);
     } else {
