@@ -29,8 +29,12 @@ esac
 default=60
 [ $ci = 1 ] && default=180
 [ ${#runs[@]} -gt 0 ] && default=1800
-seconds=${1:-$default}
-shift || true
+# SECONDS may be left out before the targets
+seconds=$default
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then
+  seconds=$1
+  shift
+fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   for f in tests/fuzz/fuzz_*.c; do
