@@ -11,6 +11,9 @@
 #       fuzz_replay_<target> then fails until it is fixed.
 #   scripts/fuzz.sh --ci [SECONDS] [TARGET...]   SECONDS in all (default
 #       180), divided among the targets; the corpora are left as they are.
+#   scripts/fuzz.sh --long [SECONDS] [TARGET...]   each target until 10
+#       million executions or SECONDS (default 1800), whichever comes first;
+#       merged back as without a mode.
 #
 # Inputs named by their SHA-1 alone are the fuzzer's own and may be pruned
 # by a later merge. Exits non-zero when any target failed.
@@ -18,12 +21,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ci=0
-if [ "${1:-}" = "--ci" ]; then
-  ci=1
+runs=()
+case "${1:-}" in
+  --ci) ci=1; shift ;;
+  --long) runs=(-runs=10000000); shift ;;
+esac
+default=60
+[ $ci = 1 ] && default=180
+[ ${#runs[@]} -gt 0 ] && default=1800
+# SECONDS may be left out before the targets
+seconds=$default
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then
+  seconds=$1
   shift
 fi
-seconds=${1:-$([ $ci = 1 ] && echo 180 || echo 60)}
-shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   for f in tests/fuzz/fuzz_*.c; do
@@ -59,10 +70,12 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$artifacts"
   cp -r "$corpus"/. "$work"/
   log=$out/$t.log
-  echo "-- fuzz_$t: $seconds s"
+  echo "-- fuzz_$t: $seconds s ${runs[*]}"
   rc=0
-  "$build/fuzz_$t" -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=25 -report_slow_units=25 \
+  start=$(date +%s)
+  "$build/fuzz_$t" "${runs[@]}" -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=25 -report_slow_units=25 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts" "$work" >"$log" 2>&1 || rc=$?
+  wall=$(( $(date +%s) - start ))
   execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
   rate=$(awk '/stat::average_exec_per_sec/ {print $2}' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1 || true)
@@ -104,7 +117,7 @@ for t in "${targets[@]}"; do
     cp "$fresh"/* "$corpus"/ 2>/dev/null || true
     after=$(find "$corpus" -type f | wc -l)
   fi
-  line=$(printf '%-10s %12s execs %7s/s  %-22s crashes %d  corpus %d -> %d (%s)' "$t" "${execs:-?}" "${rate:-?}" \
+  line=$(printf '%-10s %12s execs %5d s %7s/s  %-22s crashes %d  corpus %d -> %d (%s)' "$t" "${execs:-?}" "$wall" "${rate:-?}" \
     "${cov:-cov: ?}" "$found" "$before" "$after" "$(du -sh "$corpus" | cut -f1)")
   echo "$line"
   summary+=("$line")
