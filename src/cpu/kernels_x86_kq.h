@@ -1,0 +1,424 @@
+/* kernels_x86_kq.h — the K-quant kernels (fast lane, its prefill, exact lane); part of kernels_x86.h,
+ * included from it (it uses that file's vocabulary and helpers). */
+#ifndef MU_KERNELS_X86_H
+#error "include cpu/kernels_x86.h"
+#endif
+
+/* =====================================================================
+ * Fast lane, K-quants: unpacked block (4 units of 64 unsigned values, their
+ * 16-bit scale vectors, 16 mins for the bsums term, and the two f32 block
+ * scales). */
+
+typedef struct kq_block {
+    vi q[4], sc[4];
+    __m256i mins; /* 16 x s16: the weight of bsums[g] in the min term */
+    float d, dmin;
+} kq_block;
+
+enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
+
+MU_INLINE void kq_unpack_k4(const uint8_t *scales, __m128i *sc16, __m256i *mins) {
+    uint64_t sc, m;
+    k4_scales(scales, &sc, &m);
+    *sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc));
+    const __m128i mm = _mm_cvtsi64_si128((long long)m);
+    *mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mm, mm)); /* m_j covers bsums 2j and 2j+1 */
+}
+
+/* Unit c of Q4_K/Q5_K: chunk c's low nibbles (sub-block 2c) then its high
+ * nibbles (sub-block 2c+1): 64 consecutive weights, matching 64
+ * consecutive activations. */
+MU_INLINE void kq_unpack(int fmt, const void *blk, kq_block *u) {
+    const vi m0F = vi_set1_8(0x0F);
+    if (fmt == KQ_Q4_K || fmt == KQ_Q5_K) {
+        const mu_block_q4_K *b4 = blk;
+        const mu_block_q5_K *b5 = blk;
+        const uint8_t *qs = fmt == KQ_Q4_K ? b4->qs : b5->qs;
+        __m128i sc16;
+        kq_unpack_k4(fmt == KQ_Q4_K ? b4->scales : b5->scales, &sc16, &u->mins);
+        vi hbits = fmt == KQ_Q5_K ? vi_bcast32(b5->qh) : vi_zero();
+        MU_UNROLL(4)
+        for (int c = 0; c < 4; c++) {
+            vi q = vi_and(vi_srl16_halves(vi_bcast32(qs + 32 * c), 0, 4), m0F);
+            if (fmt == KQ_Q5_K) {
+                /* bit 2c (low half) and 2c+1 (high half) of qh moved to bit 4 */
+                const int lo = 2 * c, hi = 2 * c + 1;
+                vi h = lo <= 3 ? vi_sll16_halves(hbits, 4 - lo, 4 - hi) : vi_srl16_halves(hbits, lo - 4, hi - 4);
+                q = vi_or(q, vi_and(h, vi_set1_8(0x10)));
+            }
+            u->q[c] = q;
+            u->sc[c] = vi_spread16x2(sc16, 2 * c, 2 * c + 1);
+        }
+        u->d = f16f(b4->d); /* d and dmin sit at the same offsets in both */
+        u->dmin = f16f(b4->dmin);
+    } else {
+        const mu_block_q6_K *b = blk;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const vi m30 = vi_set1_8(0x30);
+        MU_UNROLL(2)
+        for (int h = 0; h < 2; h++) {
+            const vi ql = vi_load(b->ql + 64 * h), qh = vi_bcast32(b->qh + 32 * h);
+            /* elements 128h + 0..63: low nibbles with qh bits 0-1 / 2-3 */
+            u->q[2 * h] = vi_or(vi_and(ql, m0F), vi_and(vi_sll16_halves(qh, 4, 2), m30));
+            /* elements 128h + 64..127: high nibbles with qh bits 4-5 / 6-7 */
+            u->q[2 * h + 1] = vi_or(vi_and(vi_srl16_halves(ql, 4, 4), m0F), vi_and(vi_srl16_halves(qh, 0, 2), m30));
+            u->sc[2 * h] = vi_spread8x4(sc16, 8 * h);
+            u->sc[2 * h + 1] = vi_spread8x4(sc16, 8 * h + 4);
+        }
+        u->mins = _mm256_slli_epi16(sc16, 5); /* sum (q-32)*a*sc = sum q*a*sc - 32*sc*bsum */
+        u->d = u->dmin = f16f(b->d);
+    }
+}
+
+MU_INLINE uint64_t kq_block_bytes(int fmt) {
+    return fmt == KQ_Q4_K ? sizeof(mu_block_q4_K) : fmt == KQ_Q5_K ? sizeof(mu_block_q5_K) : sizeof(mu_block_q6_K);
+}
+
+/* The activation side of a tile: nt token rows (fast-lane rows, kernels.h)
+ * and the column segment the tile covers. */
+typedef struct kq_tokens {
+    const uint8_t *a0; /* token 0's row */
+    uint64_t stride;   /* bytes between token rows */
+    int64_t n;         /* row length */
+    int64_t b0, nb;    /* the column segment: first block, blocks */
+} kq_tokens;
+
+/* A register tile of one weight row x nt tokens: out[t] = row . token t.
+ * Each weight block is unpacked once for all nt tokens. nt is a
+ * compile-time constant at every call, so acc[] lives in registers.
+ * (Measured on Zen 5: one row x 4 tokens beats 1x8, 2x4 and 2x8, which
+ * spill or overflow L1 with the tokens' activations.) */
+MU_INLINE void kq_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt, float *out) {
+    const uint64_t bb = kq_block_bytes(fmt);
+    vf acc[KQ_NT];
+    MU_UNROLL(8)
+    for (int t = 0; t < nt; t++) acc[t] = vf_zero();
+    for (int64_t i = 0; i < tk->nb; i++) {
+        const uint8_t *blk = row + (uint64_t)i * bb;
+        prefetch_span(blk, bb);
+        kq_block u;
+        kq_unpack(fmt, blk, &u);
+        const vf d = vf_set1(u.d), mins = vf_mul(vf_from_i32(vi_from_s16x16(u.mins)), vf_set1(u.dmin));
+        MU_UNROLL(8)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *arow = tk->a0 + (uint64_t)t * tk->stride;
+            const int8_t *aq = (const int8_t *)arow + (tk->b0 + i) * MU_QK_K;
+            /* the block's 16 group scales; unit c's lanes take groups 4c..4c+3 */
+            const vf dv = vf_load(mu_act_d(arow, tk->n) + 16 * (tk->b0 + i));
+            vf p = vf_zero();
+            MU_UNROLL(4)
+            for (int c = 0; c < 4; c++) {
+                const vi isum = vi_dpwssd(vi_zero(), vi_maddubs(u.q[c], vi_load(aq + 64 * c)), u.sc[c]);
+                p = vf_fma(vf_from_i32(isum), vf_spread4x4(dv, 4 * c), p);
+            }
+            /* d * sum(isum * da) - sum_g mins_g * ds_g */
+            acc[t] = vf_fma(p, d, acc[t]);
+            acc[t] = vf_sub(acc[t], vf_mul(mins, vf_load(mu_act_ds(arow, tk->n) + 16 * (tk->b0 + i))));
+        }
+    }
+    MU_UNROLL(8)
+    for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]);
+}
+
+/* Rows [r0, r1) against the nt tokens of tk; y is token-major (y[t*ldy +
+ * r]); add: accumulate into it (a later column segment). */
+MU_INLINE void kq_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64_t r1, const kq_tokens *tk, int nt,
+                       float *y, int64_t ldy, bool add) {
+    float out[KQ_NT];
+    for (int64_t r = r0; r < r1; r++) {
+        kq_tile(fmt, w + (uint64_t)r * rb, tk, nt, out);
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = add ? y[t * ldy + r] + out[t] : out[t];
+    }
+}
+
+/* Decode, batched decode and prefill alike. Rows go in tiles that stay in
+ * L2 while every token tile of KQ_NT runs over them (a ragged token tail in
+ * one smaller tile). Columns go in segments of seg blocks: in prefill
+ * short ones, so a token tile's activations stay in L1 across the rows (16
+ * blocks x 4 tokens = 17 KiB); in decode long ones, so each row streams
+ * from memory in one run. A token's numbers depend on the segments only,
+ * never on its tile, so with the decode segments every row of a batch gets
+ * exactly its one-row matvec. */
+#define KQ_SEG_PREFILL 16
+#define KQ_SEG_DECODE 96
+
+MU_INLINE void kq_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
+                         int64_t T, float *y, int64_t ldy, int64_t seg) {
+    const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
+    int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
+    if (rows_tile < 4) rows_tile = 4;
+    for (int64_t b0 = 0; b0 < nb_all; b0 += seg) {
+        const int64_t nb = nb_all - b0 < seg ? nb_all - b0 : seg;
+        const uint8_t *wseg = (const uint8_t *)w + b0 * bb;
+        for (int64_t r0 = 0; r0 < nr; r0 += rows_tile) {
+            const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
+            for (int64_t t = 0; t < T;) {
+                const int nt = T - t >= KQ_NT ? KQ_NT : (int)(T - t);
+                const kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb};
+                float *yt = y + t * ldy;
+                /* nt a compile-time constant in every call, so the tile's sums stay in registers */
+                if (nt == KQ_NT) kq_rows(fmt, wseg, rb, r0, r1, &tk, KQ_NT, yt, ldy, b0 > 0);
+#if KQ_NT > 3
+                else if (nt == 3) kq_rows(fmt, wseg, rb, r0, r1, &tk, 3, yt, ldy, b0 > 0);
+#endif
+#if KQ_NT > 2
+                else if (nt == 2) kq_rows(fmt, wseg, rb, r0, r1, &tk, 2, yt, ldy, b0 > 0);
+#endif
+                else kq_rows(fmt, wseg, rb, r0, r1, &tk, 1, yt, ldy, b0 > 0);
+                t += nt;
+            }
+        }
+    }
+}
+
+#define FAST_KQUANT(fmt, id)                                                                                     \
+    static void matvec_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, int64_t n, float *y) {   \
+        kq_matmul(id, w, rb, nr, xq, 0, n, 1, y, nr, KQ_SEG_DECODE);                                           \
+    }                                                                                                          \
+    static void matmul_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, \
+                                int64_t T, float *y, int64_t ldy) {                                            \
+        kq_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy, T >= KQ_NT ? KQ_SEG_PREFILL : KQ_SEG_DECODE);           \
+    }                                                                                                          \
+    static void matvec_q8_rows_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb,      \
+                                     int64_t n, int64_t T, float *y, int64_t ldy) {                            \
+        kq_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy, KQ_SEG_DECODE);                                         \
+    }
+FAST_KQUANT(Q4_K, KQ_Q4_K)
+FAST_KQUANT(Q5_K, KQ_Q5_K)
+FAST_KQUANT(Q6_K, KQ_Q6_K)
+
+/* ---- fast-lane prefill, K-quants, on permuted activations (AVX-512) -----
+ * The activations come in the layout of mu_act_kq_permute (kernels.h).
+ * The block's natural units V_c (lane i of V_c: the 16 weights of group
+ * 4c + i, dword k of it: weights 16(4c+i) + 4k..+3) are transposed 4x4 in
+ * dwords within each 128-bit lane, giving U_k with dword L = weights
+ * 16G(L) + 4k..+3 (G as in kernels.h): the order of the permuted
+ * activations. Dword lane L of every U_k then lies in activation group
+ * G(L) and in one weight scale group, so per block and token
+ *     isum = sum_k dpbusd(U_k, a'_k)          (16 exact group dot products)
+ *     acc += (float(isum) * da') * scw  -  mw * ds'
+ * with scw = d * (the group's integer scale) and mw = dmin * (its min), or
+ * 32 * d * scale for Q6_K, both permuted by G once per block. Four vector
+ * ops per 64 products plus four per block and token, against about six
+ * per 64 in kq_tile; the transpose and scales are paid once per tile of
+ * KP_NT tokens. */
+#if MU_X86_512
+#ifndef KP_NT
+#define KP_NT 8
+#endif
+#ifndef KP_SEG
+#define KP_SEG 8 /* blocks per column segment: 8 tokens x 8 blocks x 384 B of activations in L1 */
+#endif
+
+typedef struct kp_block {
+    vi q[4];
+    vf scw, mw;
+} kp_block;
+
+MU_INLINE void kp_unpack(int fmt, const void *blk, kp_block *u) {
+    kq_block k;
+    kq_unpack(fmt, blk, &k);
+    const vi t0 = vi_unpacklo32(k.q[0], k.q[1]), t1 = vi_unpackhi32(k.q[0], k.q[1]);
+    const vi t2 = vi_unpacklo32(k.q[2], k.q[3]), t3 = vi_unpackhi32(k.q[2], k.q[3]);
+    u->q[0] = vi_unpacklo64(t0, t2);
+    u->q[1] = vi_unpackhi64(t0, t2);
+    u->q[2] = vi_unpacklo64(t1, t3);
+    u->q[3] = vi_unpackhi64(t1, t3);
+    if (fmt == KQ_Q6_K) {
+        const mu_block_q6_K *b = blk;
+        const __m128i g = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); /* G(L) */
+        u->scw = vf_mul(vf_from_s8_128(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), g)), vf_set1(k.d));
+        u->mw = vf_mul(u->scw, vf_set1(32.0f));
+    } else {
+        /* scales and mins sit at the same offsets in Q4_K and Q5_K */
+        uint64_t sc, m;
+        k4_scales(((const mu_block_q4_K *)blk)->scales, &sc, &m);
+        const __m128i sub = _mm_setr_epi8(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7); /* G(L) / 2 */
+        u->scw = vf_mul(vf_from_u8_128(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)sc), sub)), vf_set1(k.d));
+        u->mw = vf_mul(vf_from_u8_128(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)m), sub)), vf_set1(k.dmin));
+    }
+}
+
+/* One weight row x nt tokens (nt a compile-time constant at each call). */
+MU_INLINE void kp_tile(int fmt, const uint8_t *row, const kq_tokens *tk, int nt, float *out) {
+    const uint64_t bb = kq_block_bytes(fmt);
+    vf acc[KP_NT]; /* every loop over the tokens is unrolled, so acc stays in registers */
+    MU_UNROLL(16)
+    for (int t = 0; t < nt; t++) acc[t] = vf_zero();
+    /* token t's bytes lie t*stride past token 0's: one base pointer per
+     * array, advanced per block, and nt - 1 loop-invariant offsets */
+    const uint64_t st = tk->stride;
+    const uint8_t *aq = tk->a0 + tk->b0 * MU_QK_K;
+    const uint8_t *ad = (const uint8_t *)(mu_act_d(tk->a0, tk->n) + 16 * tk->b0);
+    const uint8_t *ads = (const uint8_t *)(mu_act_ds(tk->a0, tk->n) + 16 * tk->b0);
+    for (int64_t i = 0; i < tk->nb; i++, aq += MU_QK_K, ad += 64, ads += 64) {
+        const uint8_t *blk = row + (uint64_t)i * bb;
+        prefetch_span(blk, bb);
+        kp_block u;
+        kp_unpack(fmt, blk, &u);
+        /* unit-major: the eight tokens' integer sums advance together
+         * (measured 4% over token-major chains of four dependent vpdpbusd) */
+        vi s[KP_NT];
+        MU_UNROLL(4)
+        for (int c = 0; c < 4; c++)
+            MU_UNROLL(16)
+            for (int t = 0; t < nt; t++)
+                s[t] = vi_dpbusd(c ? s[t] : vi_zero(), u.q[c], vi_load(aq + (uint64_t)t * st + 64 * c));
+        MU_UNROLL(16)
+        for (int t = 0; t < nt; t++) {
+            const vf p = vf_mul(vf_from_i32(s[t]), vf_load((const float *)(ad + (uint64_t)t * st)));
+            acc[t] = vf_fma(p, u.scw, acc[t]);
+            acc[t] = vf_fnmadd(u.mw, vf_load((const float *)(ads + (uint64_t)t * st)), acc[t]);
+        }
+    }
+    MU_UNROLL(16)
+    for (int t = 0; t < nt; t++) out[t] = vf_hsum(acc[t]);
+}
+
+MU_INLINE void kp_rows(int fmt, const uint8_t *w, uint64_t rb, int64_t r0, int64_t r1, const kq_tokens *tk, int nt,
+                       float *y, int64_t ldy, bool add) {
+    float out[KP_NT];
+    for (int64_t r = r0; r < r1; r++) {
+        kp_tile(fmt, w + (uint64_t)r * rb, tk, nt, out);
+        MU_UNROLL(16)
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = add ? y[t * ldy + r] + out[t] : out[t];
+    }
+}
+
+/* As kq_matmul: column segments of KP_SEG blocks, row tiles that stay in
+ * L2, token tiles of KP_NT (a ragged tail in fours, then singly). */
+MU_INLINE void kp_matmul(int fmt, const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n,
+                         int64_t T, float *y, int64_t ldy) {
+    const int64_t nb_all = n / MU_QK_K, bb = (int64_t)kq_block_bytes(fmt);
+    int64_t rows_tile = (int64_t)((384u << 10) / (rb ? rb : 1));
+    if (rows_tile < 4) rows_tile = 4;
+    for (int64_t b0 = 0; b0 < nb_all; b0 += KP_SEG) {
+        const int64_t nb = nb_all - b0 < KP_SEG ? nb_all - b0 : KP_SEG;
+        const uint8_t *wseg = (const uint8_t *)w + b0 * bb;
+        for (int64_t r0 = 0; r0 < nr; r0 += rows_tile) {
+            const int64_t r1 = r0 + rows_tile < nr ? r0 + rows_tile : nr;
+            for (int64_t t = 0; t < T;) {
+                const int nt = T - t >= KP_NT ? KP_NT : T - t >= 4 ? 4 : 1;
+                const kq_tokens tk = {(const uint8_t *)xq + (uint64_t)t * xb, xb, n, b0, nb};
+                if (nt == KP_NT) kp_rows(fmt, wseg, rb, r0, r1, &tk, KP_NT, y + t * ldy, ldy, b0 > 0);
+                else if (nt == 4) kp_rows(fmt, wseg, rb, r0, r1, &tk, 4, y + t * ldy, ldy, b0 > 0);
+                else kp_rows(fmt, wseg, rb, r0, r1, &tk, 1, y + t * ldy, ldy, b0 > 0);
+                t += nt;
+            }
+        }
+    }
+}
+
+#define FAST_KQUANT_KP(fmt, id)                                                                                  \
+    static void matmul_q8_kp_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb,         \
+                                   int64_t n, int64_t T, float *y, int64_t ldy) {                               \
+        kp_matmul(id, w, rb, nr, xq, xb, n, T, y, ldy);                                                         \
+    }
+FAST_KQUANT_KP(Q4_K, KQ_Q4_K)
+FAST_KQUANT_KP(Q5_K, KQ_Q5_K)
+FAST_KQUANT_KP(Q6_K, KQ_Q6_K)
+#endif
+
+/* ---- exact lane, K-quants: the same units against f32 activations ------
+ * Byte j of unit u is the value of weight 64u + j. Dword lane k of a unit
+ * holds bytes 4k..4k+3, so (unit >> 8b) & 255 gives 16 weights 64u + 4k + b
+ * (k = 0..15) as int32 lanes with no shuffle. The activations are permuted
+ * to match once per call and column segment: xp[64u + 16b + k] = x[64u +
+ * 4k + b]. Lane k of unit u lies in 32-group 2u + k/8 and 16-group
+ * 4u + k/4, so the block's scales are spread per unit; the K-quant "min"
+ * (or Q6_K's -32) term uses the sums of x over each group (xs16, xs32):
+ *     y = sum_u scales_u . sum_b q_b * xp_b  +  sum_groups offset_g * xsum_g
+ */
+#define XSEG 20480 /* columns per segment: 80 KiB of permuted x on the stack */
+
+typedef struct xprep {
+    float xp[XSEG];
+    float xs16[XSEG / 16], xs32[XSEG / 32];
+} xprep;
+
+static void xprep_fill(const float *x, int64_t n, xprep *p) {
+    for (int64_t u = 0; u < n / 64; u++)
+        MU_UNROLL(4)
+        for (int b = 0; b < 4; b++) vf_store(p->xp + 64 * u + 16 * b, vf_stride4(x + 64 * u, b));
+    for (int64_t g = 0; g < n / 16; g++) {
+        float s = 0.0f;
+        for (int i = 0; i < 16; i++) s += x[16 * g + i];
+        p->xs16[g] = s;
+    }
+    for (int64_t g = 0; g < n / 32; g++) p->xs32[g] = p->xs16[2 * g] + p->xs16[2 * g + 1];
+}
+
+/* sum over b of (unit's byte b of each dword) * xp_b, as 16 lanes */
+MU_INLINE vf unit_dot_f32(vi q, const float *xp) {
+    const vi ff = vi_set1_32(0xFF);
+    vf p0 = vf_mul(vf_from_i32(vi_and(q, ff)), vf_load(xp));
+    vf p1 = vf_mul(vf_from_i32(vi_and(vi_srli32(q, 8), ff)), vf_load(xp + 16));
+    p0 = vf_fma(vf_from_i32(vi_and(vi_srli32(q, 16), ff)), vf_load(xp + 32), p0);
+    p1 = vf_fma(vf_from_i32(vi_srli32(q, 24)), vf_load(xp + 48), p1);
+    return vf_add(p0, p1);
+}
+
+MU_INLINE void kq_exact_rows(int fmt, const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) {
+    xprep p;
+    const uint64_t bb = kq_block_bytes(fmt);
+    for (int64_t c0 = 0; c0 < n; c0 += XSEG) {
+        const int64_t cn = n - c0 < XSEG ? n - c0 : XSEG, nb = cn / MU_QK_K;
+        xprep_fill(x + c0, cn, &p);
+        for (int64_t r = 0; r < nr; r++) {
+            const uint8_t *row = (const uint8_t *)w + (uint64_t)r * rb + (uint64_t)(c0 / MU_QK_K) * bb;
+            vf acc0 = vf_zero(), acc1 = vf_zero(), accm = vf_zero();
+            __m256 accm8 = _mm256_setzero_ps();
+            for (int64_t i = 0; i < nb; i++) {
+                const void *blk = row + i * bb;
+                prefetch_span(blk, bb);
+                kq_block u;
+                kq_unpack(fmt, blk, &u);
+                const float *xp = p.xp + i * MU_QK_K;
+                if (fmt == KQ_Q6_K) {
+                    const vf s16 = vf_mul(vf_from_i32(vi_from_s8x16(((const mu_block_q6_K *)blk)->scales)), vf_set1(u.d));
+                    MU_UNROLL(4)
+                    for (int c = 0; c < 4; c++) {
+                        const vf t = vf_mul(unit_dot_f32(u.q[c], xp + 64 * c), vf_spread4x4(s16, 4 * c));
+                        if (c & 1) acc1 = vf_add(acc1, t);
+                        else acc0 = vf_add(acc0, t);
+                    }
+                    accm = vf_fma(vf_mul(s16, vf_set1(-32.0f)), vf_load(p.xs16 + 16 * i), accm);
+                } else {
+                    uint64_t sc, m;
+                    k4_scales(fmt == KQ_Q4_K ? ((const mu_block_q4_K *)blk)->scales : ((const mu_block_q5_K *)blk)->scales,
+                              &sc, &m);
+                    const __m256 s8 = u8x8_times(sc, u.d);
+                    MU_UNROLL(4)
+                    for (int c = 0; c < 4; c++) {
+                        const vf sp = vf_spread8x2(s8, 2 * c, 2 * c + 1);
+                        if (c & 1) acc1 = vf_fma(unit_dot_f32(u.q[c], xp + 64 * c), sp, acc1);
+                        else acc0 = vf_fma(unit_dot_f32(u.q[c], xp + 64 * c), sp, acc0);
+                    }
+                    accm8 = _mm256_fmadd_ps(u8x8_times(m, -u.dmin), _mm256_loadu_ps(p.xs32 + 8 * i), accm8);
+                }
+            }
+            const float sum = vf_hsum(vf_add(vf_add(acc0, acc1), accm)) + hsum256(accm8);
+            y[r] = c0 ? y[r] + sum : sum;
+        }
+    }
+}
+
+#define EXACT_KQUANT_MATVEC(fmt, id)                                                                            \
+    static void matvec_f32_##fmt(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, float *y) { \
+        kq_exact_rows(id, w, rb, nr, x, n, y);                                                                \
+    }
+EXACT_KQUANT_MATVEC(Q4_K, KQ_Q4_K)
+EXACT_KQUANT_MATVEC(Q5_K, KQ_Q5_K)
+EXACT_KQUANT_MATVEC(Q6_K, KQ_Q6_K)
+
+/* Prefill for the matvec-only formats: rows in tiles of 16 that stay in
+ * L1/L2 across the tokens. */
+#define MATMUL_Q8_BY_ROW_TILES(fmt)                                                                              \
+    static void matmul_q8_##fmt(const void *w, uint64_t rb, int64_t nr, const void *xq, uint64_t xb, int64_t n, \
+                                int64_t T, float *y, int64_t ldy) {                                            \
+        for (int64_t r0 = 0; r0 < nr; r0 += 16)                                                                \
+            for (int64_t t = 0; t < T; t++)                                                                    \
+                matvec_q8_##fmt((const uint8_t *)w + (uint64_t)r0 * rb, rb, nr - r0 < 16 ? nr - r0 : 16,      \
+                                (const uint8_t *)xq + (uint64_t)t * xb, n, y + t * ldy + r0);                  \
+    }
+
