@@ -312,8 +312,9 @@ static tensor_plan *plan_model(gguf_writer *w, const preset *pp, int mix, int *n
 
 /* A DFlash drafter's metadata (llama.cpp's `dflash` keys) and tensor plan,
  * for a target of preset p. */
-static tensor_plan *plan_drafter(gguf_writer *w, const preset *p, const draft_preset *dp, int mix, int n_layer,
+static tensor_plan *plan_drafter(gguf_writer *w, const preset *p, int preset_layers, const draft_preset *dp, int mix,
                                  int *n_out) {
+    const int n_layer = dp->n_layer;
     char name[96];
     snprintf(name, sizeof name, "Muse-Glimmer-synth-%s-dflash-%s", p->name, mu_mix_name((mu_mix)mix));
     gguf_writer_add_str(w, "general.architecture", "dflash");
@@ -337,7 +338,8 @@ static tensor_plan *plan_drafter(gguf_writer *w, const preset *p, const draft_pr
     free(pattern);
     gguf_writer_add_u32(w, "dflash.block_size", (uint32_t)dp->block);
     int32_t tl[5];
-    for (int i = 0; i < dp->n_target_layers; i++) tl[i] = dp->target_layers[i] < p->n_layer ? dp->target_layers[i] : p->n_layer - 1;
+    /* the preset's layers, spread over a target made with --layers N */
+    for (int i = 0; i < dp->n_target_layers; i++) tl[i] = (int32_t)((int64_t)dp->target_layers[i] * p->n_layer / preset_layers);
     gguf_writer_add_arr(w, "dflash.target_layers", GGUF_TYPE_INT32, tl, (uint64_t)dp->n_target_layers);
     /* Meta's mask token is 201818 in the full vocabulary; else the last (control) token */
     gguf_writer_add_u32(w, "tokenizer.ggml.mask_token_id", p->vocab == 202048 ? 201818u : (uint32_t)(p->vocab - 1));
@@ -393,9 +395,10 @@ static void usage(FILE *out) {
                  "  %-28s take the tokenizer (and vocabulary size) of this GGUF\n"
                  "  %-28s threads (default: the %d cores online)\n"
                  "  %-28s write a DFlash drafter for the preset instead (30b: the geometry of Meta's\n"
-                 "  %-28s Muse-Glimmer-30B-assistant; nano, micro: small ones for those models)\n",
+                 "  %-28s Muse-Glimmer-30B-assistant; nano, micro: small ones for those models);\n"
+                 "  %-28s --layers then gives the target's layer count, over which its reads spread\n",
             "--preset NAME", "", "-o, --output FILE", "--mix MIX", "", "--layers N", "--ctx N", "", "--seed S",
-            "--vocab VOCAB.gguf", "-t, --threads N", mu_cpu_count(), "--draft", "");
+            "--vocab VOCAB.gguf", "-t, --threads N", mu_cpu_count(), "--draft", "", "");
 }
 
 int cmd_synth(int argc, char **argv) {
@@ -447,7 +450,7 @@ int cmd_synth(int argc, char **argv) {
         return 2;
     }
     preset p = *pr;
-    if (layers && !draft) p.n_layer = layers;
+    if (layers) p.n_layer = layers; /* with --draft: the target's, whose layers the drafter reads */
     if (ctx) p.ctx = ctx;
     const bool big = !strcmp(p.name, "30b");
 
@@ -479,7 +482,7 @@ int cmd_synth(int argc, char **argv) {
     const draft_preset *dp = NULL;
     for (size_t i = 0; draft && i < sizeof draft_presets / sizeof draft_presets[0]; i++)
         if (!strcmp(draft_presets[i].name, pr->name)) dp = &draft_presets[i];
-    if (draft) plan = plan_drafter(w, &p, dp, mix, layers ? layers : dp->n_layer, &n_plan);
+    if (draft) plan = plan_drafter(w, &p, pr->n_layer, dp, mix, &n_plan);
     else plan = plan_model(w, &p, mix, &n_plan);
     if (vf) {
         for (uint64_t i = 0; i < vf->n_kv; i++)
@@ -490,7 +493,7 @@ int cmd_synth(int argc, char **argv) {
 
     const int64_t E = p.n_embd, Q = draft ? (int64_t)dp->n_head * dp->head_dim : (int64_t)p.n_head * p.head_dim;
     const int64_t F = draft ? dp->n_ff : p.n_ff;
-    const int n_layer_written = draft ? (layers ? layers : dp->n_layer) : p.n_layer;
+    const int n_layer_written = draft ? dp->n_layer : p.n_layer;
     for (int i = 0; i < n_plan; i++) gguf_writer_add_tensor(w, plan[i].name, plan[i].type, plan[i].n_dims, plan[i].ne);
 
     int rc = 1;
