@@ -311,6 +311,81 @@ static void test_session_distribution(const muser_model *m, const muser_drafter 
     CHECK(memcmp(a, b, sizeof a) == 0);
 }
 
+/* The parity fixtures (Muse Glimmer geometry, Q4_K_M, windows of 32 and
+ * 64): a prompt from their tokens longer than the window, 80 greedy tokens
+ * plain and speculative with a random drafter (rejections over wrapped
+ * rings), then with the target's own future tokens proposed (full blocks). */
+static void test_fixture(const char *gguf, const char *tokens_txt, bool local, int n_prompt, int n_layer_target) {
+    char p1[1024], p2[1024];
+    const char *mpath = local ? tl_test_data(gguf, p1, sizeof p1) : tl_shared(gguf, p1, sizeof p1);
+    const char *tpath = local ? tl_test_data(tokens_txt, p2, sizeof p2) : tl_shared(tokens_txt, p2, sizeof p2);
+    if (!mpath || !tpath) {
+        printf("\n**************** SKIPPED: %s (set MUSER_DATA_DIR) ****************\n\n", gguf);
+        return;
+    }
+    int n_tok = 0;
+    int *toks = tl_read_tokens(tpath, &n_tok);
+    muser_model *m = NULL;
+    CHECKF(toks && n_tok >= n_prompt && muser_model_load(mpath, &m) == 0, "%s: %s", gguf, muser_last_error());
+    if (!m || !toks || n_tok < n_prompt) {
+        free(toks);
+        muser_model_free(m);
+        return;
+    }
+    muser_model_info info;
+    muser_model_get_info(m, &info);
+    td_opts o = td_defaults();
+    o.n_embd = info.n_embd, o.vocab = info.n_vocab, o.mask_token = info.n_vocab - 1;
+    o.n_head = 4, o.n_head_kv = 2, o.head_dim = 32, o.n_ff = 128, o.window = info.sliding_window, o.ctx = info.n_ctx_train;
+    o.block_size = 16;
+    for (int k = 0; k < 3; k++) o.target_layers[k] = (k + 1) * (n_layer_target - 1) / 3;
+    size_t size;
+    uint8_t *img = td_build(&o, &size);
+    gguf_file *f = NULL;
+    mu_drafter *d = NULL;
+    CHECKF(gguf_open_memory(img, size, "fixture-drafter", &f) == 0 && mu_drafter_from_gguf(f, m, &d) == 0, "%s",
+           muser_last_error());
+    enum { GEN_FX = 80 };
+    const int total = n_prompt + GEN_FX;
+    muser_token *seq = malloc(sizeof(muser_token) * (size_t)total);
+    memcpy(seq, toks, sizeof(muser_token) * (size_t)n_prompt);
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CPU, sp.n_ctx = total + 32, sp.n_batch = 32, sp.n_threads = 2;
+    muser_session *s = NULL;
+    CHECK(muser_session_new(m, &sp, &s) == 0 && muser_session_feed(s, seq, n_prompt, false) == 0);
+    for (int i = n_prompt; i < total && s; i++) {
+        seq[i] = argmax(muser_session_logits(s), info.n_vocab);
+        if (i + 1 < total) CHECK(muser_session_feed(s, &seq[i], 1, false) == 0);
+    }
+    muser_session_free(s);
+    for (int hook = 0; hook < 2 && d; hook++) {
+        s = NULL;
+        CHECK(muser_session_new(m, &sp, &s) == 0 && muser_session_set_drafter(s, d, hook ? 7 : 0) == 0);
+        oracle orc = {seq, total, 0};
+        if (hook) mu_session_set_draft_override(s, propose_future, &orc);
+        CHECK(muser_session_feed(s, seq, n_prompt, false) == 0);
+        muser_token out[GEN_FX], t = argmax(muser_session_logits(s), info.n_vocab);
+        int n = 0;
+        out[n++] = t;
+        while (n < GEN_FX) {
+            int got = 0;
+            if (muser_session_spec_step(s, out[n - 1], NULL, GEN_FX - n, out + n, &got) != 0) break;
+            n += got;
+        }
+        CHECKF(n == GEN_FX && memcmp(out, seq + n_prompt, sizeof out) == 0, "%s, %s: speculative greedy differs",
+               gguf, hook ? "own future tokens" : "random drafter");
+        muser_spec_stats st;
+        muser_session_spec_stats(s, &st);
+        if (hook) CHECK(st.accepted == st.drafted && st.drafted > 0);
+        printf("%s, %s: %llu steps, %llu drafted, %llu accepted\n", gguf, hook ? "own future tokens" : "random drafter",
+               (unsigned long long)st.steps, (unsigned long long)st.drafted, (unsigned long long)st.accepted);
+        muser_session_free(s);
+    }
+    mu_drafter_free(d);
+    free(img), free(seq), free(toks);
+    muser_model_free(m);
+}
+
 static void test_bad_calls(const muser_model *m, const muser_drafter *d) {
     muser_session *s = session(m, 8);
     CHECK(muser_session_set_drafter(s, d, 6) == MUSER_EINVAL && strstr(muser_last_error(), "1 to 5"));
@@ -353,6 +428,8 @@ int main(void) {
         test_bad_calls(m, d);
     }
     test_rejection_distribution();
+    test_fixture("fixtures/nano/nano-Q4_K_M.gguf", "fixtures/nano/tokens.txt", true, 60, 8);
+    test_fixture("fixtures/micro/micro-Q4_K_M.gguf", "fixtures/micro/tokens.txt", false, 100, 4);
     muser_drafter_free(d);
     free(img);
     muser_model_free(m);

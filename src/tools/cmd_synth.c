@@ -246,6 +246,14 @@ static void synth_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* One tensor of a plan; the mix chooses its type. */
+static void plan_tensor(tensor_plan *t, const char *name, int n_dims, int64_t cols, int64_t rows, init_kind init,
+                        float scale, int mix, int n_layer) {
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims, t->ne[0] = cols, t->ne[1] = rows, t->init = init, t->scale = scale;
+    t->type = mu_tool_mix_type("synth", mix, t->name, t->name, n_dims, cols, n_layer);
+}
+
 /* Muse Glimmer's metadata into w and its tensor plan (llama.cpp's order). */
 static tensor_plan *plan_model(gguf_writer *w, const preset *pp, int mix, int *n_out) {
     const preset p = *pp;
@@ -276,13 +284,7 @@ static tensor_plan *plan_model(gguf_writer *w, const preset *pp, int mix, int *n
     const int64_t E = p.n_embd, Q = (int64_t)p.n_head * p.head_dim, KV = (int64_t)p.n_head_kv * p.head_dim;
     int n_plan = 3 + 14 * p.n_layer, k = 0;
     tensor_plan *plan = calloc((size_t)n_plan, sizeof *plan);
-#define PLAN(nm, d, c, r, ini, sc)                                                                        \
-    do {                                                                                                   \
-        tensor_plan *t_ = &plan[k++];                                                                      \
-        snprintf(t_->name, sizeof t_->name, "%s", nm);                                                     \
-        t_->n_dims = d, t_->ne[0] = c, t_->ne[1] = r, t_->init = ini, t_->scale = sc;                      \
-        t_->type = mu_tool_mix_type("synth", mix, t_->name, t_->name, d, c, p.n_layer);                    \
-    } while (0)
+#define PLAN(nm, d, c, r, ini, sc) plan_tensor(&plan[k++], nm, d, c, r, ini, sc, mix, p.n_layer)
     PLAN("token_embd.weight", 2, E, p.vocab, INIT_NORMAL, 0.02f);
     PLAN("output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
     PLAN("output.weight", 2, E, p.vocab, INIT_NORMAL, (float)(4.0 / (LOGIT_SCALE * sqrt((double)E))));
@@ -348,13 +350,7 @@ static tensor_plan *plan_drafter(gguf_writer *w, const preset *p, int preset_lay
     const int64_t W = (int64_t)dp->n_target_layers * E;
     int n_plan = 3 + 11 * n_layer, k = 0;
     tensor_plan *plan = calloc((size_t)n_plan, sizeof *plan);
-#define PLAN(nm, d, c, r, ini, sc)                                                                        \
-    do {                                                                                                   \
-        tensor_plan *t_ = &plan[k++];                                                                      \
-        snprintf(t_->name, sizeof t_->name, "%s", nm);                                                     \
-        t_->n_dims = d, t_->ne[0] = c, t_->ne[1] = r, t_->init = ini, t_->scale = sc;                      \
-        t_->type = mu_tool_mix_type("synth", mix, t_->name, t_->name, d, c, n_layer);                      \
-    } while (0)
+#define PLAN(nm, d, c, r, ini, sc) plan_tensor(&plan[k++], nm, d, c, r, ini, sc, mix, n_layer)
     PLAN("fc.weight", 2, W, E, INIT_NORMAL, (float)(1.0 / sqrt((double)W)));
     PLAN("enc.output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
     PLAN("output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
