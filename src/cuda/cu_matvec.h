@@ -113,7 +113,7 @@ cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *xin, int64_t l
  * each input staged as int8 groups of 16 in shared memory, the weights read
  * once per launch of up to MU_CU_MVRF_MAX rows (fewer where the staged rows
  * do not fit). */
-#define MU_CU_MVRF_MAX 16
+#define MU_CU_MVRF_MAX 8
 typedef struct mu_cu_mvr_seg {
     mu_cu_weight w;
     float *y;              /* [nrows][ldy]                                   */
@@ -131,6 +131,13 @@ typedef struct mu_cu_mvr {
  * count (a type it has a kernel for; one row's staged input fits). */
 int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_input);
 cudaError_t mu_cu_matvec_rows_fast(const mu_cu_mvr *a, const mu_cu_exec *x);
+
+/* Batched fast lane on tensor cores (cu_mmq.cu), K-quants: y[t][r] =
+ * W[r] . x~[t] for t < T, x~ the int8 groups of 16 (q [T][ldx], ds
+ * [T][ldx/16][2]); any T, in tiles of up to 32 tokens. */
+int mu_cu_mmq_ok(uint32_t type, int64_t cols);
+cudaError_t mu_cu_mmq(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y, int64_t ldy,
+                      int T, const mu_cu_exec *x);
 
 #ifdef __cplusplus
 }

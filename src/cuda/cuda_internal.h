@@ -142,6 +142,9 @@ typedef struct cuda_backend {
     float *o;             /* [T][Q] the gated attention output                     */
     int8_t *oq;           /* [Q] its int8 groups (decode, fast lane: Wo's input)   */
     float *ods;           /* [Q/16][2]                                             */
+    int8_t *bq;           /* [T][max(Q, F)] batched steps on tensor cores: the int8 groups of
+                             Wo's and down's inputs                                   */
+    float *bds;           /* [T][max(Q, F)/16][2]                                    */
     float *t, *t2;        /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
                              partial sums. t2: [E] down's, tensor parallel with the fused all-reduce */
     float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */
