@@ -50,19 +50,37 @@ __device__ __forceinline__ float mmq_wscale(const KqLane<uint4> &L, const MmqSca
     return S.ws[2 * cc + (t >> 1)];
 }
 
+/* The segment and first row of warp-row-group g (16 rows of one segment):
+ * the segments' groups follow each other (ceil(rows / 16) each). */
+__device__ __forceinline__ int mmq_locate(const mu_cu_mvr &a, int64_t g, int64_t &r0) {
+    int s = 0;
+    for (; s + 1 < a.nseg; s++) {
+        const int64_t n = (a.seg[s].w.rows + 15) >> 4;
+        if (g < n) break;
+        g -= n;
+    }
+    r0 = g << 4;
+    return s;
+}
+
 template <uint32_t TYPE, int NT>
-__global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_constant__ mu_cu_weight w, const int8_t *xq,
-                                                           const float *xds, int64_t ldx, float *y, int64_t ldy,
-                                                           int T) {
+__global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups) {
     constexpr int TT = 8 * NT;
     __shared__ __align__(16) int8_t sx[TT][MMQ_XROW]; /* the K-block's int8 inputs of the tile's tokens */
     __shared__ float sdx[TT][16], ssy[TT][16];         /* their groups' d and d * sum(q) */
     pdl_trigger();
     pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int64_t rA = (int64_t)blockIdx.x * MMQ_ROWS + warp * 16 + gid, rB = rA + 8;
-    const bool okA = rA < w.rows, okB = rB < w.rows;
-    const int t0 = blockIdx.y * TT, nb = (int)(w.cols >> 8);
+    const int64_t g = (int64_t)blockIdx.x * MMQ_WARPS + warp;
+    int64_t r0 = 0;
+    const int s = mmq_locate(a, g < groups ? g : groups - 1, r0);
+    const mu_cu_weight &w = a.seg[s].w;
+    const int64_t rA = r0 + gid, rB = rA + 8;
+    const bool okA = g < groups && rA < w.rows, okB = g < groups && rB < w.rows;
+    const int T = a.nrows, t0 = blockIdx.y * TT, nb = (int)(a.seg[0].w.cols >> 8);
+    const int8_t *xq = a.act.q;
+    const float *xds = a.act.ds;
+    const int64_t ldx = a.ldx;
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -138,6 +156,8 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
             }
         }
     }
+    float *y = a.seg[s].y;
+    const int64_t ldy = a.seg[s].ldy;
 #pragma unroll
     for (int n = 0; n < NT; n++) {
         const int tok0 = t0 + 8 * n + 2 * tig, tok1 = tok0 + 1;
@@ -149,31 +169,50 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
 }
 
 template <uint32_t TYPE, int NT>
-static cudaError_t mmq_launch(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y,
-                              int64_t ldy, int T, const mu_cu_exec *x) {
-    const dim3 grid((unsigned)((w->rows + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)((T + 8 * NT - 1) / (8 * NT)));
-    return launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *w, q, ds, ldx, y, ldy, T);
+static cudaError_t mmq_launch(const mu_cu_mvr *a, const mu_cu_exec *x) {
+    int64_t groups = 0;
+    for (int s = 0; s < a->nseg; s++) groups += (a->seg[s].w.rows + 15) / 16;
+    const dim3 grid((unsigned)((groups + MMQ_WARPS - 1) / MMQ_WARPS), (unsigned)((a->nrows + 8 * NT - 1) / (8 * NT)));
+    return launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups);
 }
 
 template <uint32_t TYPE>
-static cudaError_t mmq_tiles(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y,
-                             int64_t ldy, int T, const mu_cu_exec *x) {
-    if (T <= 8) return mmq_launch<TYPE, 1>(w, q, ds, ldx, y, ldy, T, x);
-    if (T <= 16) return mmq_launch<TYPE, 2>(w, q, ds, ldx, y, ldy, T, x);
-    return mmq_launch<TYPE, 4>(w, q, ds, ldx, y, ldy, T, x);
+static cudaError_t mmq_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
+    if (a->nrows <= 8) return mmq_launch<TYPE, 1>(a, x);
+    if (a->nrows <= 16) return mmq_launch<TYPE, 2>(a, x);
+    return mmq_launch<TYPE, 4>(a, x);
 }
 
 extern "C" int mu_cu_mmq_ok(uint32_t type, int64_t cols) {
     return (type == MU_TYPE_Q4_K || type == MU_TYPE_Q5_K || type == MU_TYPE_Q6_K) && cols > 0 && cols % 256 == 0;
 }
 
-extern "C" cudaError_t mu_cu_mmq(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y,
-                                 int64_t ldy, int T, const mu_cu_exec *x) {
-    if (T < 1 || ldx % 256 || !mu_cu_mmq_ok(w->type, w->cols)) return cudaErrorInvalidValue;
-    switch (w->type) {
-    case MU_TYPE_Q4_K: return mmq_tiles<MU_TYPE_Q4_K>(w, q, ds, ldx, y, ldy, T, x);
-    case MU_TYPE_Q5_K: return mmq_tiles<MU_TYPE_Q5_K>(w, q, ds, ldx, y, ldy, T, x);
-    case MU_TYPE_Q6_K: return mmq_tiles<MU_TYPE_Q6_K>(w, q, ds, ldx, y, ldy, T, x);
+extern "C" cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x) {
+    if (a->nrows < 1 || a->nseg < 1 || a->nseg > MU_CU_MAX_SEG || a->ldx % 256 || !a->act.q || !a->act.ds)
+        return cudaErrorInvalidValue;
+    for (int s = 0; s < a->nseg; s++)
+        if (a->seg[s].w.type != a->seg[0].w.type || a->seg[s].w.cols != a->seg[0].w.cols ||
+            !mu_cu_mmq_ok(a->seg[s].w.type, a->seg[s].w.cols) || a->seg[s].w.cols > a->ldx)
+            return cudaErrorInvalidValue;
+    switch (a->seg[0].w.type) {
+    case MU_TYPE_Q4_K: return mmq_tiles<MU_TYPE_Q4_K>(a, x);
+    case MU_TYPE_Q5_K: return mmq_tiles<MU_TYPE_Q5_K>(a, x);
+    case MU_TYPE_Q6_K: return mmq_tiles<MU_TYPE_Q6_K>(a, x);
     default: return cudaErrorInvalidValue;
     }
+}
+
+extern "C" cudaError_t mu_cu_mmq(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y,
+                                 int64_t ldy, int T, const mu_cu_exec *x) {
+    mu_cu_mvr a;
+    memset(&a, 0, sizeof a);
+    a.seg[0].w = *w;
+    a.seg[0].y = y;
+    a.seg[0].ldy = ldy;
+    a.nseg = 1;
+    a.act.q = q;
+    a.act.ds = ds;
+    a.ldx = ldx;
+    a.nrows = T;
+    return mu_cu_mmq_set(&a, x);
 }

@@ -52,8 +52,8 @@ static mm_route batch_route(const cuda_backend *b, int T) {
  * ldx of A, ldy[k] of Y_k). A: f16 [T][ldx] (MM_GEMM, fast lane), f32
  * [T][ldx] (exact lane; MM_FAST_ROWS with aq NULL: quantized while staged),
  * with aq/ads its int8 groups where the producer wrote them (MM_MMQ: always).
- * MM_FAST_ROWS runs the matrices of one type in one launch; MM_MMQ a launch
- * a matrix, those without a tensor-core kernel as MM_FAST_ROWS. */
+ * MM_FAST_ROWS and MM_MMQ run the matrices of one type in one launch (MM_MMQ
+ * those without a tensor-core kernel as MM_FAST_ROWS). */
 static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws, float *const *ys,
                   const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
     if (route == MM_GEMM || route == MM_EXACT_ROWS) {
@@ -67,10 +67,6 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
     bool done[MU_CU_MAX_SEG] = {false};
     for (int k = 0; k < n; k++) {
         if (done[k] || !ws[k]->qs) continue;
-        if (route == MM_MMQ && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) {
-            CU_CHECK(mu_cu_mmq(ws[k], aq, ads, ldx, ys[k], ldy[k], T, &b->exec));
-            continue;
-        }
         mu_cu_mvr r;
         memset(&r, 0, sizeof r);
         r.act = cuda_act(aq ? NULL : (const float *)A, aq, ads);
@@ -83,7 +79,8 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
             r.seg[r.nseg++].ldy = ldy[j];
             done[j] = true;
         }
-        CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
+        if (route == MM_MMQ && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmq_set(&r, &b->exec));
+        else CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
     }
     return 0;
 }
