@@ -269,23 +269,35 @@ extern "C" int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void
     return 0;
 }
 
-extern "C" int mu_cuda_test_mmq(uint32_t type, const void *raw, int64_t rows, int64_t cols, const float *x, int T,
-                                float *y, int8_t *xq, float *xds) {
+extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
+                                const float *x, int T, float *y, int8_t *xq, float *xds) {
     Pool pool;
     const size_t n = (size_t)T * (size_t)cols;
+    int64_t total = 0;
+    for (int s = 0; s < nseg; s++) total += rows[s];
     float *dx = pool.up(x, n);
     int8_t *q = pool.get<int8_t>(n, 0x7f);
     float *ds = pool.get<float>(n / 8, 0xff);
-    float *dy = pool.get<float>((size_t)T * rows, 0xff);
+    float *dy = pool.get<float>((size_t)T * total, 0xff);
     if (!dx || !q || !ds || !dy) return mu_fail(-8, "cudaMalloc failed");
     TCK(quantize_rows(dx, q, ds, cols, T, 0));
-    mu_cu_weight w;
-    RCK(make_weight(pool, type, raw, rows, cols, &w));
-    TCK(mu_cu_mmq(&w, q, ds, cols, dy, rows, T, &g_x));
+    mu_cu_mvr a;
+    memset(&a, 0, sizeof a);
+    for (int64_t s = 0, off = 0; s < nseg; off += rows[s], s++) {
+        RCK(make_weight(pool, type, raws[s], rows[s], cols, &a.seg[s].w));
+        a.seg[s].y = dy + off;
+        a.seg[s].ldy = total;
+    }
+    a.nseg = nseg;
+    a.act.q = q;
+    a.act.ds = ds;
+    a.ldx = cols;
+    a.nrows = T;
+    TCK(nseg == 1 ? mu_cu_mmq(&a.seg[0].w, q, ds, cols, dy, total, T, &g_x) : mu_cu_mmq_set(&a, &g_x));
     TCK(cudaDeviceSynchronize());
     RCK(down(xq, q, n));
     RCK(down(xds, ds, n / 8));
-    RCK(down(y, dy, (size_t)T * rows));
+    RCK(down(y, dy, (size_t)T * total));
     return 0;
 }
 
