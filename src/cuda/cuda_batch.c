@@ -108,6 +108,30 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
     return cuda_attention(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false, NULL, 1);
 }
 
+/* Layer l's attention for all T rows of a batched step in one launch each
+ * (QK-norm + RoPE + append, split-K attention, merge + gate), every row over
+ * its own session's planes (d_planes), at most `cap` splits a row. */
+static int batch_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out) {
+    void *const *kc_rows = b->d_planes + (int64_t)l * 2 * T, *const *vc_rows = kc_rows + T;
+    mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
+    qp.kc_rows = kc_rows;
+    qp.vc_rows = vc_rows;
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, &b->exec));
+    return cuda_attention_rows(b, l, T, cap, f16_out, kc_rows, vc_rows);
+}
+
+/* Splits a row of a batched step's one-launch attention may take (the
+ * partial buffers hold n_parts), 0 where the rows' planes differ in
+ * capacity (then a launch per row). */
+static int rows_attention_cap(cuda_backend *const *rows, int T) {
+    const cuda_backend *b = rows[0];
+    for (int i = 1; i < T; i++)
+        for (int l = 0; l < b->m->hp.n_layer; l++)
+            if (rows[i]->planes[l].capacity != b->planes[l].capacity) return 0;
+    const int64_t fit = b->n_parts / ((int64_t)T * b->m->hp.n_head);
+    return (int)(fit < b->split_dec ? fit : b->split_dec);
+}
+
 /* The batched step; logits of row i in row i of logits_all. */
 static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     const mu_hparams *hp = &b->m->hp;
@@ -118,7 +142,17 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     const bool mmq = route == MM_MMQ; /* Wo's and down's inputs quantized into bq */
     const int8_t *aq = rows8 ? b->aq : NULL;
     const float *ads = rows8 ? b->ads : NULL;
+    const int cap = rows_attention_cap(rows, T);
     CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
+    if (cap > 0) { /* every row's planes, layer by layer: [L][K, V][T] */
+        for (int l = 0; l < hp->n_layer; l++)
+            for (int i = 0; i < T; i++) {
+                b->h_planes[((int64_t)l * 2 + 0) * T + i] = rows[i]->kc[l];
+                b->h_planes[((int64_t)l * 2 + 1) * T + i] = rows[i]->vc[l];
+            }
+        CU_CHECK(cudaMemcpyAsync(b->d_planes, b->h_planes, sizeof(void *) * 2 * (size_t)hp->n_layer * T,
+                                 cudaMemcpyHostToDevice, x->stream));
+    }
     mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f16);
     rn.embd_norm = hp->embd_norm;
     CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
@@ -129,7 +163,9 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         float *const qkvg_y[] = {b->q, b->k, b->v, b->g};
         const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
         RC(mm_set(b, route, qkvg, qkvg_y, qkvg_ld, 4, A, aq, ads, b->E, T));
-        for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
+        if (cap > 0) RC(batch_attention_rows(b, l, T, cap, f16));
+        else
+            for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
         if (mmq) CU_CHECK(mu_cu_quantize_rows(b->o, b->bq, b->bds, b->Q, T, x));
         RC(mm_one(b, route, &D->wo, b->t, b->E, f16 ? (const void *)b->o16 : (const void *)b->o, mmq ? b->bq : NULL,
                   mmq ? b->bds : NULL, b->Q, T));

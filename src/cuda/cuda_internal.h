@@ -126,6 +126,9 @@ typedef struct cuda_backend {
     /* step records: one per row, rec_stride bytes (cu_shared.h) */
     int64_t rec_stride;
     uint8_t *h_rec, *d_rec; /* [T][rec_stride], pinned host and device            */
+    void **h_planes, **d_planes; /* [L][2][T] batched steps: row i's K and V planes of layer l
+                                    (its session's), pinned host and device    */
+    int64_t n_parts;      /* the split-K partials part_m, part_l, part_o hold      */
     /* activations */
     float *h;             /* [T][E] the residual stream                           */
     float *h2;            /* [E] decode, norm_in: the residual's other buffer (boundary k reads one, writes the other) */
@@ -218,6 +221,8 @@ mu_cu_qkv_post cuda_qkv_post(const cuda_backend *b, int l, int T);
 mu_cu_attn_decode cuda_attn_decode(const cuda_backend *b, int l, const mu_cu_qkv_post *qp, bool quant_out);
 int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
                    prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts);
+int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, void *const *kc_rows,
+                        void *const *vc_rows);
 void cuda_mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act);
 void cuda_mv_seg(mu_cu_mv *a, const mu_cu_weight *w, float *y);
 int cuda_head_matvec(cuda_backend *b, int row, bool decode, prof_state *p);
