@@ -126,6 +126,9 @@ typedef struct mu_cu_mvr {
                               (f32, quantized while staged)                  */
     int64_t ldx;           /* elements between rows of x and q (ds: ldx / 8 floats) */
     int nrows;
+    float *part;           /* mu_cu_mmq_set: room for the partial sums of K split over
+                              more warps (NULL: no split)                      */
+    int64_t part_cap;      /* floats at part                                   */
 } mu_cu_mvr;
 /* Whether the fast B-row matvec takes weights of this type and column
  * count (a type it has a kernel for; one row's staged input fits). */

@@ -63,8 +63,25 @@ __device__ __forceinline__ int mmq_locate(const mu_cu_mvr &a, int64_t g, int64_t
     return s;
 }
 
+/* The first row of segment s in the row space (the partials' layout). */
+__device__ __forceinline__ int64_t mmq_seg_first(const mu_cu_mvr &a, int s) {
+    int64_t r = 0;
+    for (int i = 0; i < s; i++) r += a.seg[i].w.rows;
+    return r;
+}
+
+/* K-blocks [b0, b1) of split z of S over nb blocks (the first nb % S one longer) */
+__device__ __forceinline__ void mmq_split(int nb, int S, int z, int &b0, int &b1) {
+    const int q = nb / S, r = nb % S;
+    b0 = z * q + min(z, r);
+    b1 = b0 + q + (z < r ? 1 : 0);
+}
+
+/* splits > 1: split z's sums into part [splits][T][total rows] (mmq_reduce
+ * adds them in order); else straight into the segments' y. */
 template <uint32_t TYPE, int NT>
-__global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups) {
+__global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
+                                                             int splits, float *part, int64_t total) {
     constexpr int TT = 8 * NT;
     __shared__ __align__(16) int8_t sx[TT][MMQ_XROW]; /* the K-block's int8 inputs of the tile's tokens */
     __shared__ float sdx[TT][16], ssy[TT][16];         /* their groups' d and d * sum(q) */
@@ -84,7 +101,9 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    for (int b = 0; b < nb; b++) {
+    int kb0, kb1;
+    mmq_split(nb, splits, blockIdx.z, kb0, kb1);
+    for (int b = kb0; b < kb1; b++) {
         __syncthreads(); /* (the previous K-block's reads are done) */
         for (int i = threadIdx.x; i < TT * 16; i += blockDim.x) {
             const int t = i >> 4, g = i & 15, tok = t0 + t;
@@ -157,7 +176,11 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
         }
     }
     float *y = a.seg[s].y;
-    const int64_t ldy = a.seg[s].ldy;
+    int64_t ldy = a.seg[s].ldy;
+    if (splits > 1) {
+        y = part + (int64_t)blockIdx.z * T * total + mmq_seg_first(a, s);
+        ldy = total;
+    }
 #pragma unroll
     for (int n = 0; n < NT; n++) {
         const int tok0 = t0 + 8 * n + 2 * tig, tok1 = tok0 + 1;
@@ -168,12 +191,55 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
     }
 }
 
+/* y of every segment = the splits' partials added in order (deterministic) */
+__global__ void mmq_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const float *part, int64_t total, int splits) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t n = (int64_t)a.nrows * total;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / total;
+        int64_t r = i - t * total;
+        int s = 0;
+        while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s].w.rows, s++;
+        float v = part[i];
+        for (int z = 1; z < splits; z++) v += part[(int64_t)z * n + i];
+        a.seg[s].y[t * a.seg[s].ldy + r] = v;
+    }
+}
+
+static int mmq_sms() {
+    static int sms[MU_CU_MAX_DEVICES];
+    int dev = 0;
+    if (current_device(&dev) != cudaSuccess) return 0;
+    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+    return sms[dev];
+}
+
+/* Splits of K: enough warps for MMQ_WARPS_PER_SM on every SM, each split at
+ * least two K-blocks, within the partials' room (a->part_cap floats). */
+#define MMQ_WARPS_PER_SM 16
+static int mmq_splits(const mu_cu_mvr *a, int64_t groups, int64_t tiles, int64_t total) {
+    if (!a->part) return 1;
+    const int64_t nb = a->seg[0].w.cols / 256, want = (int64_t)mmq_sms() * MMQ_WARPS_PER_SM;
+    int64_t S = (want + groups * tiles - 1) / (groups * tiles);
+    if (S > nb / 2) S = nb / 2;
+    const int64_t room = a->part_cap / ((int64_t)a->nrows * total);
+    if (S > room) S = room;
+    return S > 1 ? (int)S : 1;
+}
+
 template <uint32_t TYPE, int NT>
 static cudaError_t mmq_launch(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    int64_t groups = 0;
-    for (int s = 0; s < a->nseg; s++) groups += (a->seg[s].w.rows + 15) / 16;
-    const dim3 grid((unsigned)((groups + MMQ_WARPS - 1) / MMQ_WARPS), (unsigned)((a->nrows + 8 * NT - 1) / (8 * NT)));
-    return launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups);
+    int64_t groups = 0, total = 0;
+    for (int s = 0; s < a->nseg; s++) groups += (a->seg[s].w.rows + 15) / 16, total += a->seg[s].w.rows;
+    const int64_t tiles = (a->nrows + 8 * NT - 1) / (8 * NT);
+    const int S = mmq_splits(a, groups, tiles, total);
+    const dim3 grid((unsigned)((groups + MMQ_WARPS - 1) / MMQ_WARPS), (unsigned)tiles, (unsigned)S);
+    cudaError_t e = launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups, S, a->part, total);
+    if (e != cudaSuccess || S == 1) return e;
+    const int64_t n = (int64_t)a->nrows * total;
+    return launch_pdl(mmq_reduce_kernel, dim3((unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096)), dim3(256),
+                      0, x, *a, (const float *)a->part, total, S);
 }
 
 template <uint32_t TYPE>

@@ -144,7 +144,7 @@ void cuda_rank_free(cuda_backend *b) {
                    b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
                    b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
                    b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
-                   b->wtmp,   b->d_planes};
+                   b->wtmp,   b->d_planes, b->mmq_part};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -415,7 +415,7 @@ static void describe(cuda_backend *b, const struct cudaDeviceProp *prop, uint64_
 /* Bytes of the activation buffers (rank_new allocates them). */
 static uint64_t activation_bytes(const cuda_backend *b, int64_t parts) {
     const uint64_t T = (uint64_t)b->T_max, QF = (uint64_t)(b->Q > b->F ? b->Q : b->F);
-    return T * QF * 3 / 2 + T * 4 * (uint64_t)(3 * b->E + 4 * b->Q + 2 * b->KVD + 2 * b->F) +
+    return T * QF * 3 / 2 + (uint64_t)CUDA_MMQ_PART * 4 + T * 4 * (uint64_t)(3 * b->E + 4 * b->Q + 2 * b->KVD + 2 * b->F) +
            T * 2 * (uint64_t)(b->E + b->Q + b->F) + T * (uint64_t)b->E * 2 + (uint64_t)parts * (2 + 128) * 4 +
            T * 2 * (uint64_t)b->m->hp.n_layer * sizeof(void *) + (uint64_t)b->V * 4 + b->wtmp_bytes;
 }
@@ -446,6 +446,7 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     DA(ods, b->Q / 8, 4);
     DA(bq, T * QF, 1);
     DA(bds, T * QF / 8, 4);
+    DA(mmq_part, CUDA_MMQ_PART, 4);
     DA(t, T8 * b->E, 4);
     DA(ff, T * b->F, 4);
     DA(fu, T * b->F, 4);

@@ -72,6 +72,8 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
         r.act = cuda_act(aq ? NULL : (const float *)A, aq, ads);
         r.ldx = ldx;
         r.nrows = T;
+        r.part = b->mmq_part;
+        r.part_cap = CUDA_MMQ_PART;
         for (int j = k; j < n; j++) {
             if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
             r.seg[r.nseg].w = *ws[j];

@@ -97,6 +97,10 @@ typedef struct prof_state {
  * (T_max, the session's batch); E = n_embd, Q = n_head x head_dim, KVD =
  * n_head_kv x head_dim, F = n_ff, V = n_vocab; L = n_layer. Activations are
  * f32 unless said. */
+/* floats of partial sums for the tensor-core batch's K splits (decode-size
+ * batches: 4 splits of q, k, v and the gate of the 30B over 32 rows need 1.1 M) */
+#define CUDA_MMQ_PART (2 << 20)
+
 typedef struct cuda_backend {
     mu_backend base;
     const mu_model *m;
@@ -148,6 +152,7 @@ typedef struct cuda_backend {
     int8_t *bq;           /* [T][max(Q, F)] batched steps on tensor cores: the int8 groups of
                              Wo's and down's inputs                                   */
     float *bds;           /* [T][max(Q, F)/16][2]                                    */
+    float *mmq_part;      /* [CUDA_MMQ_PART] partial sums of the tensor-core batch's K splits */
     float *t, *t2;        /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
                              partial sums. t2: [E] down's, tensor parallel with the fused all-reduce */
     float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */

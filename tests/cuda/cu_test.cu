@@ -270,7 +270,7 @@ extern "C" int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void
 }
 
 extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
-                                const float *x, int T, float *y, int8_t *xq, float *xds) {
+                                const float *x, int T, bool split, float *y, int8_t *xq, float *xds) {
     Pool pool;
     const size_t n = (size_t)T * (size_t)cols;
     int64_t total = 0;
@@ -279,7 +279,9 @@ extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws
     int8_t *q = pool.get<int8_t>(n, 0x7f);
     float *ds = pool.get<float>(n / 8, 0xff);
     float *dy = pool.get<float>((size_t)T * total, 0xff);
-    if (!dx || !q || !ds || !dy) return mu_fail(-8, "cudaMalloc failed");
+    const int64_t part_cap = 8 * (int64_t)T * total; /* K split up to 8 ways where the grid is small */
+    float *part = pool.get<float>((size_t)part_cap, 0xff);
+    if (!dx || !q || !ds || !dy || !part) return mu_fail(-8, "cudaMalloc failed");
     TCK(quantize_rows(dx, q, ds, cols, T, 0));
     mu_cu_mvr a;
     memset(&a, 0, sizeof a);
@@ -293,7 +295,9 @@ extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws
     a.act.ds = ds;
     a.ldx = cols;
     a.nrows = T;
-    TCK(nseg == 1 ? mu_cu_mmq(&a.seg[0].w, q, ds, cols, dy, total, T, &g_x) : mu_cu_mmq_set(&a, &g_x));
+    a.part = split ? part : NULL;
+    a.part_cap = part_cap;
+    TCK(nseg == 1 && !split ? mu_cu_mmq(&a.seg[0].w, q, ds, cols, dy, total, T, &g_x) : mu_cu_mmq_set(&a, &g_x));
     TCK(cudaDeviceSynchronize());
     RCK(down(xq, q, n));
     RCK(down(xds, ds, n / 8));
