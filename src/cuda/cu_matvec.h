@@ -113,7 +113,7 @@ cudaError_t mu_cu_matvec_rows(const mu_cu_weight *w, const float *xin, int64_t l
  * each input staged as int8 groups of 16 in shared memory, the weights read
  * once per launch of up to MU_CU_MVRF_MAX rows (fewer where the staged rows
  * do not fit). */
-#define MU_CU_MVRF_MAX 8
+#define MU_CU_MVRF_MAX 16
 typedef struct mu_cu_mvr_seg {
     mu_cu_weight w;
     float *y;              /* [nrows][ldy]                                   */

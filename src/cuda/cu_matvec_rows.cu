@@ -118,73 +118,15 @@ __host__ __device__ static size_t mvrf_scratch_bytes(int64_t cols) {
     return P::template stage_bytes<IN>(cols) - P::template stage_bytes<MV_IN_COPY>(cols);
 }
 
-/* A warp's work: batches q = 0, 1, ... of its rows r0, r0 + stride, ...
- * (nbat batches a row; the segments share the column count). */
-struct MvrfWalk {
-    int64_t r0, stride;
-    int nbat;
-    /* segment and row within it of batch q */
-    __device__ int locate(const mu_cu_mvr &a, int64_t q, int64_t &row) const {
-        row = r0 + (q / nbat) * stride;
-        int s = 0;
-        while (row >= a.seg[s].w.rows) row -= a.seg[s++].w.rows;
-        return s;
-    }
-};
-
-template <class P>
-__device__ __forceinline__ void mvrf_fetch(typename P::Regs &R, const mu_cu_mvr &a, const MvrfWalk &wk, int64_t q,
-                                           int n_items) {
-    int64_t row;
-    const int s = wk.locate(a, q, row);
-    const int i0 = (int)(q % wk.nbat) * P::PER_BATCH;
-    P::load(R, a.seg[s].w, row, i0, min(i0 + P::PER_BATCH, n_items));
-}
-
-/* batch q's dots with every row's input; after a row's last batch, its sums */
-template <class P>
-__device__ __forceinline__ void mvrf_consume(const typename P::Regs &R, const mu_cu_mvr &a, const MvrfWalk &wk,
-                                             int64_t q, const uint8_t *sm, size_t sb, float (&acc)[MU_CU_MVRF_MAX]) {
-    int64_t row;
-    const int s = wk.locate(a, q, row);
-    const mu_cu_weight &w = a.seg[s].w;
-    const mu_cu_act none = {NULL, NULL, NULL};
-#pragma unroll
-    for (int j = 0; j < MU_CU_MVRF_MAX; j++)
-        if (j < a.nrows) acc[j] += P::dot_fast(R, w, row, none, sm + j * sb);
-    if (q % wk.nbat != wk.nbat - 1) return;
-#pragma unroll
-    for (int j = 0; j < MU_CU_MVRF_MAX; j++) {
-        if (j < a.nrows) {
-            const float v = warp_sum(acc[j]);
-            if ((threadIdx.x & 31) == 0) a.seg[s].y[j * a.seg[s].ldy + row] = v;
-        }
-        acc[j] = 0.f;
-    }
-}
-
-/* Each warp walks its batches with the next one's loads in flight while it
- * dots the current one (two register sets, unrolled: indexing one array of
- * them would put them in local memory); the first batch is loaded before
- * the previous kernel is waited for (the weights never change). */
 template <class P, int IN>
 __global__ void __launch_bounds__(MVRF_WARPS * 32, 1) mvrf_kernel(const __grid_constant__ mu_cu_mvr a) {
     extern __shared__ __align__(16) uint8_t sm[]; /* [nrows][row bytes] the staged inputs */
-    const int64_t cols = a.seg[0].w.cols;
-    const int n_items = P::items(a.seg[0].w);
-    int64_t total = 0;
-    for (int s = 0; s < a.nseg; s++) total += a.seg[s].w.rows;
-    MvrfWalk wk;
-    wk.r0 = (int64_t)blockIdx.x * MVRF_WARPS + (threadIdx.x >> 5);
-    wk.stride = (int64_t)gridDim.x * MVRF_WARPS;
-    wk.nbat = (n_items + P::PER_BATCH - 1) / P::PER_BATCH;
-    const int64_t nq = wk.r0 < total ? ((total - 1 - wk.r0) / wk.stride + 1) * wk.nbat : 0;
-    typename P::Regs A, B;
-    if (nq > 0) mvrf_fetch<P>(A, a, wk, 0, n_items);
     pdl_trigger();
     pdl_wait();
+    const int64_t cols = a.seg[0].w.cols;
     const size_t sb = mvrf_row_bytes<P>(cols);
-    for (int j = 0; j < a.nrows; j++) {
+    const int nrows = a.nrows;
+    for (int j = 0; j < nrows; j++) {
         mu_cu_act x;
         x.x = a.act.x ? a.act.x + j * a.ldx : NULL;
         x.q = a.act.q ? a.act.q + j * a.ldx : NULL;
@@ -192,14 +134,32 @@ __global__ void __launch_bounds__(MVRF_WARPS * 32, 1) mvrf_kernel(const __grid_c
         P::template stage_act<IN>(x, cols, sm + j * sb);
         __syncthreads(); /* (row j's scratch is row j + 1's region) */
     }
-    float acc[MU_CU_MVRF_MAX];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t total = 0;
+    for (int s = 0; s < a.nseg; s++) total += a.seg[s].w.rows;
+    const mu_cu_act none = {NULL, NULL, NULL};
+    for (int64_t r = (int64_t)blockIdx.x * MVRF_WARPS + warp; r < total; r += (int64_t)gridDim.x * MVRF_WARPS) {
+        int s = 0;
+        int64_t row = r;
+        while (row >= a.seg[s].w.rows) row -= a.seg[s++].w.rows;
+        const mu_cu_weight &w = a.seg[s].w;
+        const int n_items = P::items(w);
+        float acc[MU_CU_MVRF_MAX];
 #pragma unroll
-    for (int j = 0; j < MU_CU_MVRF_MAX; j++) acc[j] = 0.f;
-    for (int64_t q = 0; q < nq; q += 2) {
-        if (q + 1 < nq) mvrf_fetch<P>(B, a, wk, q + 1, n_items);
-        mvrf_consume<P>(A, a, wk, q, sm, sb, acc);
-        if (q + 2 < nq) mvrf_fetch<P>(A, a, wk, q + 2, n_items);
-        if (q + 1 < nq) mvrf_consume<P>(B, a, wk, q + 1, sm, sb, acc);
+        for (int j = 0; j < MU_CU_MVRF_MAX; j++) acc[j] = 0.f;
+        for (int i0 = 0; i0 < n_items; i0 += P::PER_BATCH) {
+            typename P::Regs R;
+            P::load(R, w, row, i0, min(i0 + P::PER_BATCH, n_items));
+#pragma unroll
+            for (int j = 0; j < MU_CU_MVRF_MAX; j++)
+                if (j < nrows) acc[j] += P::dot_fast(R, w, row, none, sm + j * sb);
+        }
+#pragma unroll
+        for (int j = 0; j < MU_CU_MVRF_MAX; j++)
+            if (j < nrows) {
+                const float v = warp_sum(acc[j]);
+                if (lane == 0) a.seg[s].y[j * a.seg[s].ldy + row] = v;
+            }
     }
 }
 

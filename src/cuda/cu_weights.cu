@@ -182,13 +182,31 @@ extern "C" cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int6
 #define DQ_SPAN_BYTES 32768
 #define DQ_SPAN_WORDS (DQ_SPAN_BYTES / 4 + 64) /* the span and its pad words */
 
-/* n_items items of wpi words (a power of two) from the padded span to dst */
+/* n_items items of wpi words (a power of two), each followed by pad words
+ * in the span, to dst */
 template <class O>
-__device__ void dq_span_store(const uint32_t *sw, O *dst, int64_t first_el, int n_items, int wpi) {
+__device__ void dq_span_store(const uint32_t *sw, O *dst, int64_t first_el, int n_items, int wpi, int pad) {
     uint32_t *out = reinterpret_cast<uint32_t *>(dst + first_el);
     const int lg = __ffs(wpi) - 1, nw = n_items << lg;
-    for (int w = threadIdx.x; w < nw; w += blockDim.x) out[w] = sw[(w >> lg) * (wpi + 1) + (w & (wpi - 1))];
+    for (int w = threadIdx.x; w < nw; w += blockDim.x) out[w] = sw[(w >> lg) * (wpi + pad) + (w & (wpi - 1))];
 }
+
+/* Whether a unit's decoder writes only its own elements (u * E .. u * E +
+ * E - 1 of the row), so items can sit apart in the span. Q2_K's and Q3_K's
+ * units each write elements across their 256-weight block: their spans hold
+ * whole blocks unpadded. */
+template <class TT>
+struct DqOwnElements {
+    static constexpr bool value = true;
+};
+template <>
+struct DqOwnElements<TIv<MU_TYPE_Q2_K>> {
+    static constexpr bool value = false;
+};
+template <>
+struct DqOwnElements<TIv<MU_TYPE_Q3_K>> {
+    static constexpr bool value = false;
+};
 
 template <uint32_t TYPE, class O>
 __device__ void kq_dequant_rows(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst, uint32_t *sw) {
@@ -206,7 +224,7 @@ __device__ void kq_dequant_rows(const mu_cu_weight &w, int64_t r0, int64_t nrows
         }
         __syncthreads();
         const int n = total - g0 < NBLK ? (int)(total - g0) : NBLK;
-        dq_span_store(sw, dst, g0 * 256, n, WPB);
+        dq_span_store(sw, dst, g0 * 256, n, WPB, 1);
         __syncthreads();
     }
 }
@@ -215,7 +233,9 @@ template <class TT, class O>
 __device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst, uint32_t *sw) {
     const int64_t upr = TT::units(w.cols), total = nrows * upr;
     const int E = (int)(w.cols / upr), wpi = E * (int)sizeof(O) / 4; /* elements and words a unit */
-    int items = DQ_SPAN_WORDS / (wpi + 1);
+    constexpr int pad = DqOwnElements<TT>::value ? 1 : 0;
+    /* unpadded: DQ_SPAN_BYTES / 4 / wpi items (a power of two: whole blocks) */
+    int items = pad ? DQ_SPAN_WORDS / (wpi + 1) : DQ_SPAN_BYTES / 4 / wpi;
     if (items > (int)blockDim.x) items = (int)blockDim.x;
     for (int64_t i0 = blockIdx.x * (int64_t)items; i0 < total; i0 += (int64_t)gridDim.x * items) {
         const int64_t i = i0 + threadIdx.x;
@@ -225,11 +245,11 @@ __device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, 
             const RowCtx rc = TT::row(w, r0 + rr);
             const uint4 v = ld_stream(TT::ptr(rc, u));
             /* the decoder writes element u * E + k of its row: placed at this item's slot */
-            TT::dequant(rc, u, v, reinterpret_cast<O *>(sw + threadIdx.x * (wpi + 1)) - (int64_t)u * E);
+            TT::dequant(rc, u, v, reinterpret_cast<O *>(sw + threadIdx.x * (wpi + pad)) - (int64_t)u * E);
         }
         __syncthreads();
         const int n = total - i0 < items ? (int)(total - i0) : items;
-        dq_span_store(sw, dst, i0 * E, n, wpi);
+        dq_span_store(sw, dst, i0 * E, n, wpi, pad);
         __syncthreads();
     }
 }

@@ -38,14 +38,15 @@ static bool fast_rows_every(const cuda_backend *b) {
     return b->w->fast_rows == 1;
 }
 
-/* Fast lane: up to batch_fast_rows rows the B-row matvec, more on tensor
- * cores where batch_mmq (the matrices without a tensor-core kernel through
- * the B-row matvec), else the GEMMs. */
+/* Fast lane: up to batch_fast_rows rows the B-row matvec; more the GEMMs
+ * over the f16 cache where it is resident, else on tensor cores where
+ * batch_mmq (the matrices without a tensor-core kernel through the B-row
+ * matvec), else GEMMs over weights dequantized every step. */
 static mm_route batch_route(const cuda_backend *b, int T) {
     if (!b->fast) return b->tune.batch_exact_rows ? MM_EXACT_ROWS : MM_GEMM;
     if (!fast_rows_every(b)) return MM_GEMM;
     if (T <= b->tune.batch_fast_rows) return MM_FAST_ROWS;
-    return b->tune.batch_mmq ? MM_MMQ : MM_GEMM;
+    return b->tune.batch_mmq && !b->w->f16mem ? MM_MMQ : MM_GEMM;
 }
 
 /* Y_k = A . W_k^T for T rows and the n matrices of one input (row strides

@@ -45,31 +45,6 @@ int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *
     return 0;
 }
 
-/* Whether a prefill chunk runs w on tensor cores from the quantized blocks
- * (fast lane, tuning batch_mmq, no f16 copy of w resident). */
-static bool prefill_mmq(const cuda_backend *b, const mu_cu_weight *w) {
-    return b->fast && b->tune.batch_mmq && w->qs && !w->f16 && mu_cu_mmq_ok(w->type, w->cols);
-}
-
-/* Y = A . W^T for a chunk of T rows whose normed inputs are in a16 (f16)
- * and aq/ads (int8 groups: resnorm writes both in the fast lane). */
-static int mm_normed(cuda_backend *b, const mu_cu_weight *w, float *Y, int64_t ldy, int T) {
-    if (prefill_mmq(b, w)) return mu_cu_mmq(w, b->aq, b->ads, b->E, Y, ldy, T, &b->exec) == cudaSuccess
-                                      ? 0 : mu_fail(MUSER_EBACKEND, "cuda: tensor-core batch failed");
-    return cuda_gemm_all(b, w, b->fast ? (const void *)b->a16 : (const void *)b->ax, Y, ldy, T);
-}
-
-/* Y = X . W^T for Wo and down: X f32 [T][n] (x), its f16 copy (x16, fast
- * lane), quantized into bq first on tensor cores. */
-static int mm_branch(cuda_backend *b, const mu_cu_weight *w, const float *x, const uint16_t *x16, int64_t n, int T) {
-    if (prefill_mmq(b, w)) {
-        CU_CHECK(mu_cu_quantize_rows(x, b->bq, b->bds, n, T, &b->exec));
-        CU_CHECK(mu_cu_mmq(w, b->bq, b->bds, n, b->t, b->E, T, &b->exec));
-        return 0;
-    }
-    return cuda_gemm_all(b, w, b->fast ? (const void *)x16 : (const void *)x, b->t, b->E, T);
-}
-
 /* logits_all holds at least T rows (grown, never shrunk). */
 int cuda_logit_rows_reserve(cuda_backend *b, int T) {
     if (b->logit_rows >= T) return 0;
@@ -92,6 +67,7 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     const int L = hp->n_layer;
     const mu_cu_exec *x = &b->exec;
     const bool f = b->fast;
+    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
     if (part == 0) {
         CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
         mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f);
@@ -101,10 +77,10 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         const int l = (part - 1) / 2;
         const cu_layer *D = &b->w->layers[l];
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, x));
-        RC(mm_normed(b, &D->ffn_gate, b->ff, b->F, T));
-        RC(mm_normed(b, &D->ffn_up, b->fu, b->F, T));
+        RC(cuda_gemm_all(b, &D->ffn_gate, A, b->ff, b->F, T));
+        RC(cuda_gemm_all(b, &D->ffn_up, A, b->fu, b->F, T));
         CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, x));
-        return mm_branch(b, &D->ffn_down, b->ff, b->f16b, b->F, T);
+        return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T);
     } else { /* after down of layer l */
         const int l = (part - 2) / 2;
         const float *next = l + 1 < L ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
@@ -113,20 +89,20 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     if (part == 2 * L) { /* the LM head */
         if (!all_logits) return cuda_head_matvec(b, T - 1, false, NULL);
         RC(cuda_logit_rows_reserve(b, T));
-        RC(mm_normed(b, &b->w->output, b->logits_all, b->V, T));
+        RC(cuda_gemm_all(b, &b->w->output, A, b->logits_all, b->V, T));
         CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
         return 0;
     }
     const int l = part / 2;
     const cu_layer *D = &b->w->layers[l];
-    RC(mm_normed(b, &D->wq, b->q, b->Q, T));
-    RC(mm_normed(b, &D->wk, b->k, b->KVD, T));
-    RC(mm_normed(b, &D->wv, b->v, b->KVD, T));
-    RC(mm_normed(b, &D->wgate, b->g, b->Q, T));
+    RC(cuda_gemm_all(b, &D->wq, A, b->q, b->Q, T));
+    RC(cuda_gemm_all(b, &D->wk, A, b->k, b->KVD, T));
+    RC(cuda_gemm_all(b, &D->wv, A, b->v, b->KVD, T));
+    RC(cuda_gemm_all(b, &D->wgate, A, b->g, b->Q, T));
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
     CU_CHECK(mu_cu_qkv_post_launch(&qp, x));
     RC(cuda_attention(b, b, l, T, 0, cuda_recs(b), b->split_pre, NULL, f, false, NULL, 1));
-    return mm_branch(b, &D->wo, b->o, b->o16, b->Q, T);
+    return cuda_gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T);
 }
 
 int cuda_prefill_run(cuda_backend *b, int T, bool all_logits) {

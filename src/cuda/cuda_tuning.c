@@ -24,8 +24,8 @@ const mu_cuda_tuning mu_cuda_tuning_default = {
     .batch_min_exact = 6,
     .batch_exact_rows = 0,
     .batch_fast_rows = 7,
-    .batch_mmq = 0,
-    .prefill_cache = -1,
+    .batch_mmq = 1,
+    .prefill_cache = 0,
     .tp_symmetric = 1,
     .tp_fused = 1,
 };
