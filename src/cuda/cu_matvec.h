@@ -135,15 +135,13 @@ typedef struct mu_cu_mvr {
 int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_input);
 cudaError_t mu_cu_matvec_rows_fast(const mu_cu_mvr *a, const mu_cu_exec *x);
 
-/* Batched fast lane on tensor cores (cu_mmq.cu), K-quants: y[t][r] =
- * W[r] . x~[t] for t < T, x~ the int8 groups of 16 (q [T][ldx], ds
- * [T][ldx/16][2]); any T, in tiles of up to 32 tokens. */
+/* Batched fast lane on tensor cores (cu_mmq.cu), K-quants: y_s[t][r] =
+ * W_s[r] . x~[t] for the tokens t < a->nrows and the segments s (one type
+ * and column count), x~ the int8 groups of 16 (act.q [T][ldx], act.ds
+ * [T][ldx/16][2]); one launch (and one more to add the K splits' partials
+ * where a->part is given and the grid is small). */
 int mu_cu_mmq_ok(uint32_t type, int64_t cols);
-/* The same over the segments of a (one type and column count; act.q and
- * act.ds the int8 groups, nrows the tokens): one launch. */
 cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x);
-cudaError_t mu_cu_mmq(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y, int64_t ldy,
-                      int T, const mu_cu_exec *x);
 
 #ifdef __cplusplus
 }

@@ -267,18 +267,3 @@ extern "C" cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x) {
     default: return cudaErrorInvalidValue;
     }
 }
-
-extern "C" cudaError_t mu_cu_mmq(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y,
-                                 int64_t ldy, int T, const mu_cu_exec *x) {
-    mu_cu_mvr a;
-    memset(&a, 0, sizeof a);
-    a.seg[0].w = *w;
-    a.seg[0].y = y;
-    a.seg[0].ldy = ldy;
-    a.nseg = 1;
-    a.act.q = q;
-    a.act.ds = ds;
-    a.ldx = ldx;
-    a.nrows = T;
-    return mu_cu_mmq_set(&a, x);
-}

@@ -15,7 +15,7 @@ typedef enum {
     MM_GEMM,       /* the prefill GEMMs (fast lane: f16 inputs; exact lane: f32) */
     MM_EXACT_ROWS, /* exact lane: the B-row matvec, f32 inputs, each row's one-row arithmetic */
     MM_FAST_ROWS,  /* fast lane: the B-row matvec, int8 inputs staged per row */
-    MM_MMQ,        /* fast lane: int8 inputs times the K-quants on tensor cores (mu_cu_mmq) */
+    MM_MMQ,        /* fast lane: int8 inputs times the K-quants on tensor cores (mu_cu_mmq_set) */
 } mm_route;
 
 /* The fast lane takes the B-row matvec up to tune.batch_fast_rows rows,

@@ -43,7 +43,7 @@ typedef struct mu_cuda_tuning {
                              (one H100, 30B, with the f16 cache: 2 rows 11.6 against 23.4 ms a step, 4 rows 16.6
                              against 24.9, 8 rows 28.8 against 27.4) */
     int batch_mmq;        /* fast lane, no f16 cache: batched steps above batch_fast_rows on tensor cores over the
-                             quantized K-quant weights (mu_cu_mmq; other types through the B-row matvec) instead
+                             quantized K-quant weights (mu_cu_mmq_set; other types through the B-row matvec) instead
                              of GEMMs over weights dequantized every step (one H100, 30B: 8 rows 25.8 ms, 16 38.6,
                              32 81.5, 64 142.5; the GEMMs over the cache 27.2 / 33.0 / 44.0 / 65.1) */
     int prefill_cache;    /* fast lane: f16 copies of every matrix (3.3x the quantized bytes) for the prefill and

@@ -297,7 +297,7 @@ extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws
     a.nrows = T;
     a.part = split ? part : NULL;
     a.part_cap = part_cap;
-    TCK(nseg == 1 && !split ? mu_cu_mmq(&a.seg[0].w, q, ds, cols, dy, total, T, &g_x) : mu_cu_mmq_set(&a, &g_x));
+    TCK(mu_cu_mmq_set(&a, &g_x));
     TCK(cudaDeviceSynchronize());
     RCK(down(xq, q, n));
     RCK(down(xds, ds, n / 8));
