@@ -92,6 +92,9 @@ typedef struct muser_session_params {
     muser_lane lane;
     muser_kv_type kv_type;
     int gpus;              /* CUDA: number of GPUs (0 or 1: one)             */
+    uint64_t gpu_mem;      /* CUDA: bytes Muser may allocate on each GPU, for
+                              all its sessions together (0: what the GPU
+                              has free)                                     */
 } muser_session_params;
 
 muser_session_params muser_session_default_params(void);

@@ -147,6 +147,7 @@ int mu_session_config_resolve(const mu_model *model, const muser_session_params 
     cfg->lane = p->lane;
     cfg->kv_type = p->kv_type;
     cfg->gpus = p->gpus;
+    cfg->gpu_mem = p->gpu_mem;
     if (p->lane != MUSER_LANE_EXACT && p->lane != MUSER_LANE_FAST && p->lane != MUSER_LANE_AUTO)
         return mu_fail(MUSER_EINVAL, "unknown lane");
     if (p->kv_type != MUSER_KV_F16 && p->kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
