@@ -822,6 +822,12 @@ int main(void) {
     mu_cuda_features_format(&feat, feat_line, sizeof feat_line);
     printf("route set: %s\n", feat_line);
     if (feat.forced_portable) CHECKF(!feat.clusters && !feat.pdl, "portable paths forced, yet %s", feat_line);
+#ifdef MUSER_TEST_BUILT_SM90
+    /* a build with sm_90 code on a Hopper GPU must take Hopper's paths (a
+     * wrong reading of the loaded code's target would quietly lose them) */
+    if (feat.cc / 10 == 9 && !feat.forced_portable)
+        CHECKF(feat.clusters && feat.pdl && feat.code_arch == 90, "sm_90 code on a Hopper GPU, yet %s", feat_line);
+#endif
     g_clusters = feat.clusters;
     mu_cuda_test_clusters(feat.clusters);
     printf("kernels against CPU references:\n");
