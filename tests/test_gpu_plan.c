@@ -98,7 +98,7 @@ static void test_arithmetic(void) {
     CHECK(p.f16_cache == in.f16_cache_bytes && p.wtmp == 0 && p.fits);
     in.prefill_cache = 0;
     mu_gpu_plan_make(&in, &q);
-    CHECK(q.f16_cache == 0 && q.wtmp == 2 * in.max_matrix_elems);
+    CHECK(q.f16_cache == 0 && q.wtmp == 2 * in.max_matrix_elems && p.tiles == q.wtmp);
     in.prefill_cache = -1, in.available = (uint64_t)(p.total + 2e9); /* less than 3 GB spare */
     mu_gpu_plan_make(&in, &q);
     CHECK(q.f16_cache == 0 && q.fits);

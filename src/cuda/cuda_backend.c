@@ -366,10 +366,11 @@ static int64_t kv_capacity(const mu_model *m, const mu_layer *L, const mu_sessio
     return *ring ? (int64_t)hp->n_swa + cfg->n_batch - 1 : cfg->n_ctx;
 }
 
-/* The decode attention's limits and the graphs' reset, from b->tune. */
-/* The settings a route needs are taken only where the device's feature
- * set has it (b->feat): the table keeps what was asked, the launches get
- * what runs (pdl, pair_staging and attn_cluster are Hopper's). */
+/* The launches' settings, the decode attention's limits and the graphs'
+ * reset, from t. A setting whose route needs a feature is taken only
+ * where the device's route set has it (b->feat): the table keeps what was
+ * asked, the launches get what runs (pdl, pair_staging and attn_cluster
+ * are Hopper's). */
 void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t) {
     b->tune = *t;
     b->exec.pdl = t->pdl && b->feat.pdl;
@@ -420,19 +421,6 @@ static void describe(cuda_backend *b, const struct cudaDeviceProp *prop) {
              b->norm_in ? "formed by their consumers" : "in the producers' tails", cap, b->w->wbytes / 1e9,
              b->tp ? "this rank's" : "shared by the model's sessions", b->w->f16bytes / 1e9, b->plan.kv / 1e9,
              b->plan.buffers / 1e9, b->plan.logits / 1e9, tune);
-}
-
-/* The largest matrix of a layer, in elements (the dequantized tiles). */
-static uint64_t max_matrix_elems(const mu_model *m) {
-    uint64_t most = 0;
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const mu_layer *L = &m->layers[l];
-#define MAX(x) \
-    if (L->x.data && (uint64_t)(L->x.rows * L->x.cols) > most) most = (uint64_t)(L->x.rows * L->x.cols);
-        LAYER_MATS(MAX)
-#undef MAX
-    }
-    return most;
 }
 
 static int alloc_activations(cuda_backend *b, int64_t parts) {
@@ -524,7 +512,6 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     b->split_dec = b->plan.split_dec;
     b->split_pre = b->plan.split_pre;
     const int64_t parts = b->plan.parts;
-    b->wtmp_bytes = (size_t)b->plan.wtmp;
 
     b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
     b->kc = calloc((size_t)hp->n_layer, sizeof(void *));
@@ -541,11 +528,16 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
         }
     }
 
+    uint64_t kv_bytes = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         bool ring;
         const int64_t cap = kv_capacity(m, &m->layers[l], cfg, &ring);
         mu_kv_plane_init(&b->planes[l], ring, cap);
         const size_t bytes = (size_t)cap * (size_t)b->KVD * b->kv_elem;
+        kv_bytes += 2 * (uint64_t)bytes;
+        if (kv_bytes > b->plan.kv) /* (the plan and the planes disagree: take nothing it did not count) */
+            return mu_fail(MUSER_EBACKEND, "layer %d's KV plane (%lld rows) is larger than the memory plan's", l,
+                           (long long)cap);
         RC(cuda_dalloc(&b->kc[l], bytes, "the KV cache"));
         RC(cuda_dalloc(&b->vc[l], bytes, "the KV cache"));
         CU_CHECK(cudaMemsetAsync(b->kc[l], 0, bytes, b->exec.stream));
@@ -557,9 +549,7 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     if (b->fast && uploaded) RC(cuda_prefill_cache(b));
     if (b->fast && b->w->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
     else {
-        /* (a planned cache that could not be allocated: its room holds the tiles) */
-        if (!b->wtmp_bytes) b->wtmp_bytes = (size_t)(b->fast ? 2 : 4) * max_matrix_elems(m);
-        if (b->wtmp_bytes < (64u << 20)) b->wtmp_bytes = 64u << 20;
+        b->wtmp_bytes = (size_t)b->plan.tiles; /* (also where a planned cache could not be allocated: its room) */
         RC(cuda_dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
     }
     RC(cuda_sync_checked(b));

@@ -64,7 +64,7 @@ void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *p) {
     p->reserve = MU_GPU_PLAN_RESERVE;
     /* the dequantized tiles of the GEMMs without the f16 cache: a whole
      * matrix (f16 in the fast lane, f32 in the exact), at least 64 MB */
-    const uint64_t wtmp = max_u64((in->fast ? 2 : 4) * in->max_matrix_elems, 64ull << 20);
+    p->tiles = max_u64((in->fast ? 2 : 4) * in->max_matrix_elems, 64ull << 20);
     const uint64_t base = p->weights + p->kv + p->logits + p->reserve;
     /* the fast lane's f16 prefill cache: built by the session that uploads,
      * where asked (1) or where it fits with PREFILL_SPARE left (-1) */
@@ -76,7 +76,7 @@ void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *p) {
             cache = true;
         }
     }
-    p->wtmp = cache ? 0 : wtmp;
+    p->wtmp = cache ? 0 : p->tiles;
     p->buffers = buffer_bytes(in, (uint64_t)p->parts, p->wtmp);
     p->total = base + p->f16_cache + p->buffers;
     p->fits = p->total <= in->available;

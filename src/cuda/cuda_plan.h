@@ -48,6 +48,8 @@ typedef struct mu_gpu_plan {
     uint64_t reserve;    /* cuBLAS workspace, upload staging, graphs               */
     uint64_t total;
     uint64_t wtmp;       /* of buffers: the dequantized weight tiles (0 with the f16 cache) */
+    uint64_t tiles;      /* the tiles' size without the cache (a planned cache that cannot be
+                            allocated leaves its room to them)                      */
     int64_t parts;       /* split-K runs held (part_m, part_l, part_o)             */
     int split_dec, split_pre;
     int64_t kv_rows_full, kv_rows_swa; /* rows of a full layer's plane, a sliding one's */
