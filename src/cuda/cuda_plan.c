@@ -82,7 +82,7 @@ void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *p) {
     p->fits = p->total <= in->available;
 }
 
-/* the largest context (whole KiB of tokens where it can) whose plan fits,
+/* the largest context (a multiple of 1024 tokens where it can) whose plan fits,
  * 0 when none does */
 static int ctx_that_fits(const mu_gpu_plan_in *in) {
     mu_gpu_plan_in t = *in;
