@@ -185,6 +185,10 @@ void muser_session_free(muser_session *s) {
 }
 
 muser_backend muser_session_backend(const muser_session *s) { return s->backend_kind; }
+
+const char *muser_session_describe(const muser_session *s) {
+    return s->backend->ops->describe ? s->backend->ops->describe(s->backend) : NULL;
+}
 muser_lane muser_session_lane(const muser_session *s) { return s->cfg.lane; }
 
 int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool all_logits) {
