@@ -178,6 +178,61 @@ uint64_t muser_session_bytes_per_token(const muser_session *s);
  * *len receives the length (the value is not NUL-terminated). */
 const char *muser_model_meta_str(const muser_model *model, const char *key, size_t *len);
 
+/* ---- speculative decoding with a DFlash drafter ---------------------------
+ * A drafter (llama.cpp's `dflash` GGUF architecture, such as Meta's
+ * Muse-Glimmer-30B-assistant) guesses a block of tokens from the target's
+ * hidden states; the target checks the whole block in one multi-row step
+ * and keeps the longest prefix it agrees with plus its own next token. The
+ * output is exactly the target's: token for token at temperature 0, and
+ * the sampler's distribution otherwise (speculative rejection sampling).
+ * docs/dflash.md has the format and the design. */
+typedef struct muser_drafter muser_drafter;
+typedef struct muser_sampler muser_sampler; /* the sampler, below */
+
+/* Loads a drafter for target and checks that it fits (hidden size,
+ * vocabulary, target layers in range, block size, mask token); variants
+ * Muser does not run (DSpark heads, other backbones) are refused by name. */
+int muser_drafter_load(const char *path, const muser_model *target, muser_drafter **out);
+void muser_drafter_free(muser_drafter *d);
+
+typedef struct muser_drafter_info {
+    int n_layer, n_embd, block_size, n_target_layers;
+    const int *target_layers; /* [n_target_layers] target layer-input indices */
+    muser_token mask_token;
+    int sliding_window;       /* 0: none                                      */
+} muser_drafter_info;
+void muser_drafter_get_info(const muser_drafter *d, muser_drafter_info *info);
+
+/* Attaches d (it must outlive the session) to an empty session; draft_max
+ * tokens are drafted per step (1 .. block_size - 1; 0: block_size - 1).
+ * From then on every feed also captures the target's hidden states at the
+ * drafter's layers and fills the drafter's cache with them. Fails on a
+ * backend that cannot run drafters (CUDA for now) with a message saying so. */
+int muser_session_set_drafter(muser_session *s, const muser_drafter *d, int draft_max);
+
+/* One speculative step. `last` is the token chosen after the session's last
+ * position (shown already, not yet fed). Drafts up to draft_max tokens (fewer
+ * near the end of the context or of max_new), feeds [last, drafts] as one
+ * chunk, and commits `last`, the drafts the target agrees with and the
+ * target's own next token, which ends the step: out[0 .. *n_out) receives
+ * the accepted drafts then that token (the caller's next `last`), at most
+ * max_new (>= 1) tokens. smp chooses the target's tokens as
+ * muser_sampler_sample would (NULL: greedy); rejected positions leave no
+ * trace in the KV cache. Without a drafter it is a plain one-token step. */
+int muser_session_spec_step(muser_session *s, muser_token last, muser_sampler *smp, int max_new, muser_token *out,
+                            int *n_out);
+
+typedef struct muser_spec_stats {
+    uint64_t steps;         /* verify steps with at least one drafted token   */
+    uint64_t drafted;       /* tokens the drafter proposed                     */
+    uint64_t accepted;      /* of them, the tokens the target agreed with      */
+    double draft_seconds;   /* in the drafter (its block pass and injections)  */
+    double verify_seconds;  /* in the target's verify steps                    */
+} muser_spec_stats;
+/* Totals since the drafter was attached; the mean accepted length of a
+ * step is (accepted + steps) / steps (the target's own token included). */
+void muser_session_spec_stats(const muser_session *s, muser_spec_stats *st);
+
 /* ---- text ------------------------------------------------------------------ */
 
 /* Tokenize UTF-8 text. add_bos follows the caller (use muser_vocab_add_bos

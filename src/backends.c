@@ -69,3 +69,19 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
     if (rc) return rc;
     return mu_session_open(model, &cfg, kind, b, out);
 }
+
+int mu_backend_open_drafter(muser_backend kind, const struct muser_drafter *d, const mu_session_config *cfg,
+                            mu_backend **out) {
+    *out = NULL;
+    switch (kind) {
+    case MUSER_BACKEND_CPU: return mu_cpu_drafter_new(d, cfg, out);
+    case MUSER_BACKEND_CUDA:
+        return mu_fail(MUSER_EUNSUPPORTED, "the CUDA backend does not run DFlash drafters yet (it would need the "
+                                           "target's hidden-state capture, tentative positions and the drafter's "
+                                           "pass); use --backend cpu for speculative decoding");
+    case MUSER_BACKEND_REF:
+        return mu_fail(MUSER_EUNSUPPORTED, "the reference backend does not run drafters (its drafter oracle is "
+                                           "src/ref/ref_draft.c, for tests)");
+    default: return mu_fail(MUSER_EINVAL, "unknown backend %d", (int)kind);
+    }
+}

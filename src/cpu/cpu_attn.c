@@ -168,9 +168,15 @@ static void attn_prefill_worker(void *vctx, int ith, int nth) {
         const int it = items - 1 - (int)claimed;
         const int t = it / hp->n_head_kv, kvh = it % hp->n_head_kv;
         const int64_t pos = c->pos0 + t;
+        /* causal: [pos - visible + 1, pos]; a drafter's block also sees its later tokens */
+        const int64_t last = b->bidirectional ? c->pos0 + c->T - 1 : pos;
+        int64_t first = pos - mu_layer_visible(hp, L, pos) + 1;
+        /* a drafter that lost older context (a rewind its rings could not
+         * follow) drafts from what it holds */
+        if (b->bidirectional && first < b->planes[c->layer].origin_logical) first = b->planes[c->layer].origin_logical;
         mu_route_decision d;
         /* Route checks are per token; the planes hold the whole chunk. */
-        if (!mu_attn_route_select(&b->planes[c->layer], pos, mu_layer_visible(hp, L, pos), c->layer, &d)) continue;
+        if (!mu_attn_route_select(&b->planes[c->layer], last, last - first + 1, c->layer, &d)) continue;
         const int h0 = kvh * per_kv;
         const float *q = c->q + ((int64_t)t * hp->n_head + h0) * hd;
         init_triples(per_kv, hd, m, s, acc);
@@ -210,10 +216,12 @@ int mu_cpu_attention(cpu_backend *b, int layer, int T, int pos0, const float *q,
     }
     /* Prefill: every query's span must be held (rings hold window + chunk - 1). */
     for (int t = 0; t < T; t++) {
-        const int64_t pos = pos0 + t, n_vis = mu_layer_visible(hp, &b->m->layers[layer], pos);
-        if (!mu_kv_holds(&b->planes[layer], pos - n_vis + 1, pos))
+        const int64_t pos = pos0 + t, last = b->bidirectional ? pos0 + T - 1 : pos;
+        int64_t first = pos - mu_layer_visible(hp, &b->m->layers[layer], pos) + 1;
+        if (b->bidirectional && first < b->planes[layer].origin_logical) first = b->planes[layer].origin_logical;
+        if (!mu_kv_holds(&b->planes[layer], first, last))
             return mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%lld", layer,
-                           (long long)(pos - n_vis + 1), (long long)pos);
+                           (long long)first, (long long)last);
     }
     mu_pool_run_elastic(b->pool, attn_prefill_worker, &c);
     return 0;

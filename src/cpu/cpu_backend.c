@@ -26,12 +26,10 @@
  * Each step runs over the tokens of the chunk, in one parallel region when
  * the chunk is large enough to pay for it (prefill), else on this thread. */
 
-typedef void (*token_fn)(cpu_backend *b, int layer, int t);
-
 typedef struct token_ctx {
     cpu_backend *b;
     int layer, T;
-    token_fn fn;
+    mu_cpu_token_fn fn;
     _Alignas(64) atomic_int next; /* next unclaimed token */
 } token_ctx;
 
@@ -43,7 +41,7 @@ static void token_worker(void *vctx, int ith, int nth) {
 
 #define PAR_TOKENS 4
 
-static void for_tokens(cpu_backend *b, int layer, int T, token_fn fn) {
+void mu_cpu_for_tokens(cpu_backend *b, int layer, int T, mu_cpu_token_fn fn) {
     PROF_BEGIN(b);
     if (T >= PAR_TOKENS) {
         token_ctx c = {b, layer, T, fn, 0};
@@ -66,7 +64,7 @@ static void tok_attn_norm(cpu_backend *b, int layer, int t) {
     mu_rmsnorm(b->x + t * E, b->m->layers[layer].attn_norm, b->a + t * E, E, b->m->hp.rms_eps);
 }
 
-static void store_kv(cpu_backend *b, int layer, int64_t slot, const float *k, const float *v) {
+void mu_cpu_store_kv(cpu_backend *b, int layer, int64_t slot, const float *k, const float *v) {
     const int kvd = b->kv_dim;
     uint8_t *kd = (uint8_t *)b->kcache[layer] + (size_t)slot * b->kv_row_bytes;
     uint8_t *vd = (uint8_t *)b->vcache[layer] + (size_t)slot * b->kv_row_bytes;
@@ -99,7 +97,7 @@ static void tok_qk_store(cpu_backend *b, int layer, int t) {
         mu_rope_apply(hp, cs, qt, hp->n_head);
         mu_rope_apply(hp, cs, kt, hp->n_head_kv);
     }
-    store_kv(b, layer, b->slots[t], kt, b->v_cur + t * KV);
+    mu_cpu_store_kv(b, layer, b->slots[t], kt, b->v_cur + t * KV);
 }
 
 static void tok_gate(cpu_backend *b, int layer, int t) {
@@ -145,13 +143,13 @@ static void embed(cpu_backend *b, const muser_token *tokens, int T) {
         mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
                        b->x + t * E, E);
     PROF_END(b, MU_PROF_EMBED, 1, (uint64_t)T * m->tok_embd.row_bytes);
-    for_tokens(b, 0, T, tok_embed);
+    mu_cpu_for_tokens(b, 0, T, tok_embed);
 }
 
 /* Layer l up to attention: the norm and the {q, k, v, gate} set. */
 static void layer_qkvg(cpu_backend *b, int l, int T) {
     const mu_layer *L = &b->m->layers[l];
-    for_tokens(b, l, T, tok_attn_norm);
+    mu_cpu_for_tokens(b, l, T, tok_attn_norm);
     mm_job qkvg[4] = {{&L->wq, b->q}, {&L->wk, b->k_cur}, {&L->wv, b->v_cur}, {&L->wgate, b->g}};
     mu_cpu_matmul_set(b, qkvg, L->wgate.data ? 4 : 3, b->a, T, -1);
 }
@@ -159,16 +157,16 @@ static void layer_qkvg(cpu_backend *b, int l, int T) {
 /* Layer l after attention: gate, Wo, post-norm and residual, the FFN. */
 static void layer_after_attention(cpu_backend *b, int l, int T) {
     const mu_layer *L = &b->m->layers[l];
-    if (L->wgate.data) for_tokens(b, l, T, tok_gate);
+    if (L->wgate.data) mu_cpu_for_tokens(b, l, T, tok_gate);
     mm_job wo = {&L->wo, b->t};
     mu_cpu_matmul_set(b, &wo, 1, b->o, T, -1);
-    for_tokens(b, l, T, tok_post_attn);
+    mu_cpu_for_tokens(b, l, T, tok_post_attn);
     mm_job gu[2] = {{&L->ffn_gate, b->ff_g}, {&L->ffn_up, b->ff_u}};
     mu_cpu_matmul_set(b, gu, 2, b->a, T, -1);
-    for_tokens(b, l, T, tok_swiglu);
+    mu_cpu_for_tokens(b, l, T, tok_swiglu);
     mm_job down = {&L->ffn_down, b->t};
     mu_cpu_matmul_set(b, &down, 1, b->ff_g, T, -1);
-    for_tokens(b, l, T, tok_post_ffn);
+    mu_cpu_for_tokens(b, l, T, tok_post_ffn);
 }
 
 static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
@@ -180,6 +178,7 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
     embed(b, tokens, T);
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
+        if (b->n_cap) mu_cpu_capture(b, l, T);
         layer_qkvg(b, l, T);
 
         /* Slots are reserved in order on this thread; the stores run in parallel. */
@@ -188,7 +187,7 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
             if (b->slots[t] < 0) return mu_fail(MUSER_ECONTEXT, "layer %d: KV plane is full", l);
         }
         b->slots_pos0 = pos0;
-        for_tokens(b, l, T, tok_qk_store);
+        mu_cpu_for_tokens(b, l, T, tok_qk_store);
 
         {
             PROF_BEGIN(b);
@@ -288,7 +287,18 @@ static int cpu_forward_batch(mu_backend *const *rows, const muser_token *tokens,
 
 static int cpu_truncate(mu_backend *base, int pos) {
     cpu_backend *b = (cpu_backend *)base;
-    return mu_planes_truncate(b->m, b->planes, pos);
+    if (!b->draft) return mu_planes_truncate(b->m, b->planes, pos);
+    /* A drafter's cache only steers its guesses (the target's output never
+     * depends on it): when it cannot be cut back to exactly pos (a ring
+     * that forgot, or a target that moved on without it), it restarts
+     * empty at pos rather than fail. */
+    bool reaches = true;
+    for (int l = 0; l < b->m->hp.n_layer; l++)
+        reaches = reaches && b->planes[l].origin_logical + b->planes[l].len >= pos;
+    if (reaches && mu_planes_truncate(b->m, b->planes, pos) == 0) return 0;
+    mu_clear_error();
+    for (int l = 0; l < b->m->hp.n_layer; l++) mu_kv_plane_restart(&b->planes[l], pos);
+    return 0;
 }
 
 static void cpu_reset(mu_backend *base) {
@@ -310,6 +320,7 @@ static void cpu_free(mu_backend *base) {
     free(b->arena);
     free(b->batch_logits);
     mu_pool_free(b->pool);
+    mu_tentative_free(&b->tentative);
     free(b);
 }
 
@@ -365,7 +376,11 @@ static const mu_backend_ops cpu_ops = {.name = "cpu",
                                        .checkpoint_restore = mu_cpu_checkpoint_restore,
                                        .forward_batch = cpu_forward_batch,
                                        .fill_kv = cpu_fill_kv,
-                                       .profile = cpu_profile};
+                                       .profile = cpu_profile,
+                                       .set_capture = mu_cpu_set_capture,
+                                       .tentative_begin = mu_cpu_tentative_begin,
+                                       .tentative_keep = mu_cpu_tentative_keep,
+                                       .draft_inject = mu_cpu_draft_inject};
 
 /* Every weight needs this ISA's kernels: the model binds any type it can
  * dequantize, some of which (Q8_1, Q8_K: activation formats) the CPU does
@@ -388,6 +403,10 @@ missing:
 }
 
 int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {
+    return mu_cpu_backend_open(m, cfg, 0, out);
+}
+
+int mu_cpu_backend_open(const mu_model *m, const mu_session_config *cfg, int64_t extra_cols, mu_backend **out) {
     *out = NULL;
     const mu_hparams *hp = &m->hp;
     cpu_backend *b = calloc(1, sizeof *b);
@@ -434,6 +453,7 @@ int mu_cpu_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
                  KV = (size_t)b->kv_dim, F = (size_t)hp->n_ff, nth = (size_t)mu_pool_size(b->pool);
     size_t widest = E > Q ? E : Q;
     if (F > widest) widest = F;
+    if ((size_t)extra_cols > widest) widest = (size_t)extra_cols;
     widest = (widest + MU_QK_K - 1) / MU_QK_K * MU_QK_K; /* quantized rows are whole blocks */
     b->attn_scratch_floats = (mu_cpu_attn_scratch_floats(hp) + 15) / 16 * 16;
     size_t floats = T * E * 2 /* x, a */ + T * Q * 3 /* q, g, o */ + T * KV * 2 + T * E /* t */ + T * F * 2 +

@@ -6,7 +6,7 @@
 #include "cpu/cpu_internal.h"
 #include "engine/engine.h"
 
-static int copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob, uint8_t *v_blob) {
+int mu_cpu_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob, uint8_t *v_blob) {
     cpu_backend *b = ctx;
     const size_t off = (size_t)slot0 * b->kv_row_bytes, bytes = (size_t)n * b->kv_row_bytes;
     uint8_t *k = (uint8_t *)b->kcache[layer] + off, *v = (uint8_t *)b->vcache[layer] + off;
@@ -22,10 +22,10 @@ static int copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t 
 
 int mu_cpu_checkpoint_save(mu_backend *base, void **out, size_t *size) {
     cpu_backend *b = (cpu_backend *)base;
-    return mu_ckpt_save(b->m, b->planes, b->kv_row_bytes, copy_rows, b, out, size);
+    return mu_ckpt_save(b->m, b->planes, b->kv_row_bytes, mu_cpu_copy_rows, b, out, size);
 }
 
 int mu_cpu_checkpoint_restore(mu_backend *base, const void *blob, size_t size, int pos) {
     cpu_backend *b = (cpu_backend *)base;
-    return mu_ckpt_restore(b->m, b->planes, b->kv_row_bytes, copy_rows, b, blob, size, pos);
+    return mu_ckpt_restore(b->m, b->planes, b->kv_row_bytes, mu_cpu_copy_rows, b, blob, size, pos);
 }

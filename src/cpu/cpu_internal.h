@@ -71,6 +71,13 @@ typedef struct cpu_backend {
     uint8_t *xqp;            /* the same rows in the K-quant prefill layout     */
     float *batch_logits;     /* batched decode: [rows][n_vocab], grown on use */
     int batch_logits_rows;
+    /* speculative decoding (cpu_spec.c)                                     */
+    const int *cap_layers;   /* [n_cap] target layers whose inputs are captured */
+    int n_cap;
+    float *cap_rows;         /* [T][n_cap][n_embd] the caller's capture rows    */
+    mu_tentative tentative;  /* ring rows a verify step may have to put back    */
+    const struct muser_drafter *draft; /* drafter backends: fc and its norm; NULL otherwise */
+    bool bidirectional;      /* drafter backends: a chunk's tokens see each other */
 } cpu_backend;
 
 /* ---- matmul sets (cpu_matmul.c) -------------------------------------------
@@ -84,11 +91,33 @@ typedef struct mm_job {
 
 void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int prof_family);
 
-/* ---- attention (cpu_attn.c) ------------------------------------------------ */
+/* ---- attention (cpu_attn.c) ------------------------------------------------
+ * Causal, or (b->bidirectional) every query of the chunk also sees the
+ * chunk's later tokens: a drafter's noise block. */
 int mu_cpu_attention(cpu_backend *b, int layer, int T, int pos0, const float *q, float *o);
 size_t mu_cpu_attn_scratch_floats(const mu_hparams *hp);
 
-/* Ring checkpoints (cpu_checkpoint.c). */
+/* ---- shared steps of the forward pass (cpu_backend.c) ----------------------- */
+typedef void (*mu_cpu_token_fn)(cpu_backend *b, int layer, int t);
+/* fn for tokens 0..T-1, in one parallel region when the chunk is large. */
+void mu_cpu_for_tokens(cpu_backend *b, int layer, int T, mu_cpu_token_fn fn);
+/* The K and V rows of one token into a cache slot, in the cache's type. */
+void mu_cpu_store_kv(cpu_backend *b, int layer, int64_t slot, const float *k, const float *v);
+/* Opens a backend on m; extra_cols widens the quantized-input rows for a
+ * matmul wider than the model's own (a drafter's fc). */
+int mu_cpu_backend_open(const mu_model *m, const mu_session_config *cfg, int64_t extra_cols, mu_backend **out);
+
+/* ---- speculative decoding (cpu_spec.c) --------------------------------------- */
+/* Copies the inputs of the captured layers at layer l for tokens 0..T-1. */
+void mu_cpu_capture(cpu_backend *b, int layer, int T);
+int mu_cpu_set_capture(mu_backend *b, const int *layers, int n, float *rows);
+int mu_cpu_tentative_begin(mu_backend *b, int n);
+int mu_cpu_tentative_keep(mu_backend *b, int n_keep);
+int mu_cpu_draft_inject(mu_backend *b, const float *features, int n, int pos0);
+
+/* Ring checkpoints (cpu_checkpoint.c); copy_rows is their row mover, which
+ * the tentative positions share. */
+int mu_cpu_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob, uint8_t *v_blob);
 int mu_cpu_checkpoint_save(mu_backend *b, void **blob, size_t *size);
 int mu_cpu_checkpoint_restore(mu_backend *b, const void *blob, size_t size, int pos);
 

@@ -141,13 +141,15 @@ void cuda_rank_free(cuda_backend *b) {
             cudaFree(b->kc[l]);
             cudaFree(b->vc[l]);
         }
-    void *dev[] = {b->d_rec, b->h,      b->h2,     b->ax,     b->aq,     b->ads,       b->ax2,  b->aq2,
-                   b->ads2,  b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,    b->oq,
-                   b->ods,   b->t,      b->ff,     b->fu,     b->a16,    b->o16,       b->f16b, b->part_m,
-                   b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->wtmp};
+    void *dev[] = {b->d_rec,  b->h,      b->h2,     b->ax,     b->aq,     b->ads,       b->ax2,       b->aq2,
+                   b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
+                   b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
+                   b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
+                   b->wtmp,   b->d_planes, b->mmq_part};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
+    if (b->h_planes) cudaFreeHost(b->h_planes);
     if (b->h_best) cudaFreeHost(b->h_best);
     if (b->h_logits) cudaFreeHost(b->h_logits);
     if (b->blas) b->cublas->destroy(b->blas);
@@ -427,6 +429,7 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     const uint64_t T = (uint64_t)b->T_max, L = (uint64_t)b->m->hp.n_layer;
     const uint64_t T8 = T > 8 ? T : 8; /* decode: up to 8 partial sums of the split ffn down */
     const uint64_t Tp = T > MU_CU_BATCH_PARTS_MAX ? T : MU_CU_BATCH_PARTS_MAX; /* decode: q, k, v, gate in parts */
+    const uint64_t QF = (uint64_t)(b->Q > b->F ? b->Q : b->F);
     int rc = 0;
 #define DA(ptr, n, sz) \
     if (!rc) rc = cuda_dalloc((void **)&b->ptr, (size_t)(n) * (sz), "activations")
@@ -446,6 +449,9 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     DA(o, T * b->Q, 4);
     DA(oq, b->Q, 1);
     DA(ods, b->Q / 8, 4);
+    DA(bq, T * QF, 1);
+    DA(bds, T * QF / 8, 4);
+    DA(mmq_part, CUDA_MMQ_PART, 4);
     DA(t, T8 * b->E, 4);
     DA(ff, T * b->F, 4);
     DA(fu, T * b->F, 4);
@@ -459,11 +465,13 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     DA(d_best, 1, 8);
     DA(counters, 2 * L, 4);
     DA(d_rec, T * (uint64_t)b->rec_stride, 1);
+    DA(d_planes, L * 2 * T, sizeof(void *));
 #undef DA
     if (rc) return rc;
     CU_CHECK(cudaMemsetAsync(b->counters, 0, sizeof(unsigned) * 2 * L, b->exec.stream));
     if (cudaHostAlloc((void **)&b->h_rec, (size_t)b->rec_stride * T, cudaHostAllocDefault) != cudaSuccess ||
         cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
+        cudaHostAlloc((void **)&b->h_planes, sizeof(void *) * L * 2 * T, cudaHostAllocDefault) != cudaSuccess ||
         cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess)
         return mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
     memset(b->h_rec, 0, (size_t)b->rec_stride * T);
@@ -512,6 +520,7 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     b->split_dec = b->plan.split_dec;
     b->split_pre = b->plan.split_pre;
     const int64_t parts = b->plan.parts;
+    b->n_parts = parts;
 
     b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
     b->kc = calloc((size_t)hp->n_layer, sizeof(void *));

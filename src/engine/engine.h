@@ -79,6 +79,25 @@ typedef struct mu_backend_ops {
      * by one through forward. */
     int (*forward_batch)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                          float *const *logits);
+    /* ---- speculative decoding (optional; NULL where unsupported) ---------
+     * set_capture: from the next forward on, each token of a chunk also
+     * writes the residual stream entering each of the n layers `layers`
+     * (those layers' inputs, as llama.cpp's t_layer_inp) to
+     * rows [T][n][n_embd]; n = 0 turns it off. No extra pass: the rows are
+     * copied where the forward pass already has them. */
+    int (*set_capture)(mu_backend *b, const int *layers, int n, float *rows);
+    /* tentative_begin: the next n appended positions may be taken back
+     * (a verify step): the ring rows their appends will overwrite are kept.
+     * tentative_keep: keeps the first n_keep of those positions, drops the
+     * rest and puts every overwritten ring row back, so the planes are what
+     * appending only n_keep positions would have made (engine/tentative.c). */
+    int (*tentative_begin)(mu_backend *b, int n);
+    int (*tentative_keep)(mu_backend *b, int n_keep);
+    /* Drafter backends only (opened on a DFlash drafter, backends.h): their
+     * forward is non-causal inside the chunk (every token of the block sees
+     * every other), and draft_inject appends the K/V rows made from n rows
+     * of target features [n][n_target_layers * n_embd] at positions pos0.. */
+    int (*draft_inject)(mu_backend *b, const float *features, int n, int pos0);
 } mu_backend_ops;
 
 /* Optional: decodes one token at pos and chooses the next one where the
@@ -126,6 +145,13 @@ int mu_model_from_gguf(gguf_file *f, bool vocab_only, muser_model **out);
  * keep_logits. */
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
                              muser_token *next);
+
+/* Test hook of speculative decoding (engine/spec.c): fn proposes the n
+ * tokens after `last` (at position pos) instead of the drafter; a test
+ * that proposes the target's own future tokens sees every draft accepted.
+ * A session without a drafter ignores it. */
+typedef int (*mu_draft_override_fn)(void *ctx, int pos, muser_token last, int n, muser_token *drafts);
+void mu_session_set_draft_override(muser_session *s, mu_draft_override_fn fn, void *ctx);
 
 /* Bench hooks on a session (see mu_backend_ops). fill_kv resets the
  * session, fills its planes and sets its position to depth. */
@@ -178,5 +204,19 @@ int mu_ckpt_save(const mu_model *m, const mu_kv_plane *planes, size_t row_bytes,
                  void **out, size_t *size);
 int mu_ckpt_restore(const mu_model *m, mu_kv_plane *planes, size_t row_bytes, mu_ckpt_copy copy, void *ctx,
                     const void *blob, size_t size, int pos);
+
+/* Tentative positions (engine/tentative.c), for backends whose planes
+ * live behind a checkpoint copy callback. */
+typedef struct mu_tentative {
+    mu_kv_plane *saved; /* [n_layer] the planes before the guarded appends      */
+    uint8_t *rows;      /* [n_layer][2][cap_rows][row_bytes] overwritten K, V rows */
+    int cap_rows, n;
+    bool active;
+} mu_tentative;
+int mu_tentative_begin(mu_tentative *t, const mu_model *m, const mu_kv_plane *planes, size_t row_bytes, int n,
+                       mu_ckpt_copy copy, void *ctx);
+int mu_tentative_keep(mu_tentative *t, const mu_model *m, mu_kv_plane *planes, size_t row_bytes, int n_keep,
+                      mu_ckpt_copy copy, void *ctx);
+void mu_tentative_free(mu_tentative *t);
 
 #endif

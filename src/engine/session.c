@@ -8,34 +8,11 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/session_internal.h"
 #include "text/vocab.h"
 #include "util/error.h"
 
-struct muser_session {
-    const mu_model *model;
-    mu_session_config cfg;
-    muser_backend backend_kind;
-    mu_backend *backend;
-    int pos;
-    float *logits;     /* [logit_rows][n_vocab] */
-    int logit_rows, logit_cap;
-    muser_token *history; /* [n_ctx] the tokens held */
-    /* ring checkpoints, most recent first */
-    struct checkpoint {
-        int pos;
-        muser_token *tokens; /* [pos] */
-        float *logits;       /* [n_vocab] after the last token, or NULL */
-        void *blob;
-        size_t size;
-    } *ckpt;
-    int n_ckpt, max_ckpt;
-    /* mu_session_decode_select on a backend without decode_select: the
-     * sampler picks from the logits (made on first use, made again when
-     * the temperature or the seed changes) */
-    muser_sampler *host_sampler;
-    float host_temperature;
-    uint64_t host_seed;
-};
+
 
 static void drop_checkpoint(struct checkpoint *c) {
     free(c->tokens);
@@ -175,6 +152,7 @@ int mu_session_open(const mu_model *model, const mu_session_config *cfg, muser_b
 
 void muser_session_free(muser_session *s) {
     if (!s) return;
+    mu_spec_free(s->spec);
     if (s->backend) s->backend->ops->free(s->backend);
     for (int i = 0; i < s->n_ckpt; i++) drop_checkpoint(&s->ckpt[i]);
     free(s->ckpt);
@@ -214,11 +192,13 @@ int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool 
         /* Without all_logits only the last chunk's last row is wanted; the
          * backend still writes a row for earlier chunks (cheap: one head). */
         int rc = s->backend->ops->forward(s->backend, tokens + done, chunk, s->pos, all_logits, dst);
+        if (!rc && s->spec) rc = mu_spec_after_feed(s, s->pos, chunk); /* the drafter takes the hidden states */
         if (rc) {
             /* Roll back so a failed feed leaves the session as it was. */
             if (s->backend->ops->truncate(s->backend, start) != 0) s->backend->ops->reset(s->backend), s->pos = 0;
             else s->pos = start;
             s->logit_rows = 0;
+            mu_spec_rewind(s, s->pos);
             return rc;
         }
         memcpy(s->history + s->pos, tokens + done, sizeof(muser_token) * (size_t)chunk);
@@ -270,6 +250,7 @@ int mu_session_decode_select(muser_session *s, muser_token token, float temperat
     if (rc) {
         if (ops->truncate(s->backend, start) != 0) ops->reset(s->backend), s->pos = 0;
         s->logit_rows = 0;
+        mu_spec_rewind(s, s->pos);
         return rc;
     }
     s->history[s->pos] = token;
@@ -297,6 +278,7 @@ void muser_session_reset(muser_session *s) {
     s->n_ckpt = 0;
     s->backend->ops->reset(s->backend);
     s->pos = 0;
+    mu_spec_rewind(s, 0);
     s->logit_rows = 0;
 }
 
@@ -306,6 +288,7 @@ int muser_session_truncate(muser_session *s, int pos) {
     int rc = s->backend->ops->truncate(s->backend, pos);
     if (rc) return rc;
     s->pos = pos;
+    mu_spec_rewind(s, pos);
     s->logit_rows = 0;
     return 0;
 }
@@ -322,7 +305,7 @@ int mu_session_fill_kv(muser_session *s, int depth, uint64_t seed) {
         return rc;
     }
     s->pos = depth;
-    return 0;
+    return mu_spec_fill_kv(s, depth, seed);
 }
 
 const mu_prof_entry *mu_session_profile(muser_session *s, bool on) {
@@ -362,6 +345,7 @@ static int restore_checkpoint(muser_session *s, const muser_token *tokens, int n
         if (s->backend->ops->checkpoint_restore(s->backend, c->blob, c->size, c->pos) != 0) continue;
         s->pos = c->pos;
         s->logit_rows = 0;
+        mu_spec_rewind(s, c->pos);
         if (c->pos == n) {
             memcpy(s->logits, c->logits, sizeof(float) * V);
             s->logit_rows = 1;
@@ -468,7 +452,9 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
             return mu_fail(MUSER_ECONTEXT, "batch decode: session %d is full (%d tokens)", i, s->pos);
     }
     const mu_backend_ops *ops = sessions[0]->backend->ops;
+    /* a session with a drafter needs its hidden states, which only its own feeds capture */
     bool batched = ops->forward_batch != NULL && n > 1;
+    for (int i = 0; i < n && batched; i++) batched = sessions[i]->spec == NULL;
     for (int i = 0; i < n && batched; i++) batched = sessions[i]->backend->ops == ops;
     if (!batched) return decode_one_by_one(sessions, tokens, n);
     const size_t V = (size_t)sessions[0]->model->hp.n_vocab;

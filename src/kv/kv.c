@@ -12,6 +12,11 @@ void mu_kv_plane_reset(mu_kv_plane *p) {
     p->len = 0;
 }
 
+void mu_kv_plane_restart(mu_kv_plane *p, int64_t pos) {
+    mu_kv_plane_reset(p);
+    p->origin_logical = pos;
+}
+
 int64_t mu_kv_physical(const mu_kv_plane *p, int64_t pos) {
     if (pos < p->origin_logical || pos >= p->origin_logical + p->len) return -1;
     return (p->origin_physical + (pos - p->origin_logical)) % p->capacity;

@@ -39,6 +39,9 @@ bool mu_kv_holds(const mu_kv_plane *p, int64_t first, int64_t last);
 /* Drops positions >= pos. Fails (returns false, plane unchanged) when
  * pos lies before the oldest row still held. */
 bool mu_kv_truncate(mu_kv_plane *p, int64_t pos);
+/* Empties the plane so that its next append is position pos (a drafter
+ * whose rings could not rewind: it goes on without the older context). */
+void mu_kv_plane_restart(mu_kv_plane *p, int64_t pos);
 /* True when the held rows sit in one unwrapped physical run. */
 static inline bool mu_kv_contiguous(const mu_kv_plane *p) {
     return p->origin_physical + p->len <= p->capacity;

@@ -124,8 +124,8 @@ static int read_swa_pattern(key_reader *k, mu_model *m) {
 }
 
 /* Binds a tensor, checking its shape; optional tensors may be absent. */
-static int bind_weight(const gguf_file *f, const char *name, int64_t cols, int64_t rows, bool optional,
-                       mu_weight *w) {
+int mu_model_bind_weight(const gguf_file *f, const char *name, int64_t cols, int64_t rows, bool optional,
+                         mu_weight *w) {
     memset(w, 0, sizeof *w);
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) {
@@ -153,10 +153,10 @@ static int bind_weight(const gguf_file *f, const char *name, int64_t cols, int64
 }
 
 /* Binds a 1-D norm and dequantizes it to a malloc'd f32 array. */
-static int bind_norm(const gguf_file *f, const char *name, int64_t n, bool optional, float **out) {
+int mu_model_bind_norm(const gguf_file *f, const char *name, int64_t n, bool optional, float **out) {
     mu_weight w;
     *out = NULL;
-    int rc = bind_weight(f, name, n, 1, optional, &w);
+    int rc = mu_model_bind_weight(f, name, n, 1, optional, &w);
     if (rc || !w.data) return rc;
     float *v = malloc((size_t)n * sizeof(float));
     if (!v) return mu_fail(MUSER_ENOMEM, "out of memory");
@@ -252,6 +252,26 @@ static int read_hparams(const gguf_file *f, mu_model *m, key_reader *k) {
         }
         hp->post_norm_eps = 1e-8f;
         hp->embd_norm = hp->attn_gate = hp->qk_norm = hp->post_norms = true;
+    } else if (hp->arch == MU_ARCH_DFLASH) {
+        /* llama.cpp's dflash: one RoPE (NEOX) on every layer; the sliding
+         * window is optional and its pattern, when present, a bool array. */
+        hp->rope_type = MU_ROPE_NEOX;
+        hp->qk_norm = true;
+        uint32_t swa = 0;
+        if (get_u32(k, "attention.sliding_window", &swa, false) && swa > 0) {
+            if ((rc = check_range(f, "attention.sliding_window", swa, 1, 1 << 30))) return rc;
+            hp->n_swa = (int)swa;
+            const gguf_kv *pat = gguf_find(f, akey(k, "attention.sliding_window_pattern", key, sizeof key));
+            if (!pat || pat->type != GGUF_TYPE_ARRAY)
+                return mu_fail(MUSER_EFORMAT, "%s: '%s' (a bool array) is required with a sliding window", f->path,
+                               key);
+            if ((rc = read_swa_pattern(k, m))) return rc;
+        }
+        if (k->rc) return k->rc;
+        for (int l = 0; l < hp->n_layer; l++) {
+            m->layers[l].use_rope = true;
+            m->layers[l].rope_base = base;
+        }
     } else {
         for (int l = 0; l < hp->n_layer; l++) {
             m->layers[l].use_rope = true;
@@ -261,6 +281,8 @@ static int read_hparams(const gguf_file *f, mu_model *m, key_reader *k) {
     if (!(base > 0)) return mu_fail(MUSER_EFORMAT, "%s: rope.freq_base must be positive", f->path);
     return 0;
 }
+
+static int bind_layers(const gguf_file *f, mu_model *m);
 
 static int bind_tensors(const gguf_file *f, mu_model *m) {
     mu_hparams *hp = &m->hp;
@@ -276,36 +298,43 @@ static int bind_tensors(const gguf_file *f, mu_model *m) {
     if (gguf_get_u32(f, key, &vs) == 1 && vs != (uint32_t)hp->n_vocab)
         return mu_fail(MUSER_EFORMAT, "%s: %s = %u but token_embd.weight has %d rows", f->path, key, vs, hp->n_vocab);
 
-    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
-    int rc = bind_weight(f, "token_embd.weight", E, hp->n_vocab, false, &m->tok_embd);
-    if (!rc) rc = bind_norm(f, "output_norm.weight", E, false, &m->output_norm);
-    if (!rc) rc = bind_weight(f, "output.weight", E, hp->n_vocab, hp->arch == MU_ARCH_LLAMA, &m->output);
+    const int64_t E = hp->n_embd;
+    int rc = mu_model_bind_weight(f, "token_embd.weight", E, hp->n_vocab, false, &m->tok_embd);
+    if (!rc) rc = mu_model_bind_norm(f, "output_norm.weight", E, false, &m->output_norm);
+    if (!rc) rc = mu_model_bind_weight(f, "output.weight", E, hp->n_vocab, hp->arch == MU_ARCH_LLAMA, &m->output);
     if (rc) return rc;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if (gguf_find_tensor(f, "rope_freqs.weight")) {
-        if ((rc = bind_norm(f, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freq_factors))) return rc;
+        if ((rc = mu_model_bind_norm(f, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freq_factors))) return rc;
     }
 
+    return bind_layers(f, m);
+}
+
+static int bind_layers(const gguf_file *f, mu_model *m) {
+    const mu_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    int rc = 0;
     for (int l = 0; l < hp->n_layer && !rc; l++) {
         mu_layer *L = &m->layers[l];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
-        bool mg = hp->arch == MU_ARCH_MUSE_GLIMMER;
-        rc = bind_norm(f, NAME("attn_norm.weight"), E, false, &L->attn_norm);
-        if (!rc) rc = bind_weight(f, NAME("attn_q.weight"), E, Q, false, &L->wq);
-        if (!rc) rc = bind_weight(f, NAME("attn_k.weight"), E, KV, false, &L->wk);
-        if (!rc) rc = bind_weight(f, NAME("attn_v.weight"), E, KV, false, &L->wv);
-        if (!rc) rc = bind_weight(f, NAME("attn_output.weight"), Q, E, false, &L->wo);
-        if (!rc && mg) rc = bind_weight(f, NAME("attn_gate.weight"), E, Q, false, &L->wgate);
-        if (!rc && mg) rc = bind_norm(f, NAME("attn_q_norm.weight"), hp->head_dim, false, &L->q_norm);
-        if (!rc && mg) rc = bind_norm(f, NAME("attn_k_norm.weight"), hp->head_dim, false, &L->k_norm);
-        if (!rc && mg) rc = bind_norm(f, NAME("post_attention_norm.weight"), E, false, &L->post_attn_norm);
-        if (!rc) rc = bind_norm(f, NAME("ffn_norm.weight"), E, false, &L->ffn_norm);
-        if (!rc) rc = bind_weight(f, NAME("ffn_gate.weight"), E, hp->n_ff, false, &L->ffn_gate);
-        if (!rc) rc = bind_weight(f, NAME("ffn_up.weight"), E, hp->n_ff, false, &L->ffn_up);
-        if (!rc) rc = bind_weight(f, NAME("ffn_down.weight"), hp->n_ff, E, false, &L->ffn_down);
-        if (!rc && mg) rc = bind_norm(f, NAME("post_ffw_norm.weight"), E, false, &L->post_ffn_norm);
-        if (!rc && !mg && gguf_find_tensor(f, NAME("attn_q.bias")))
+        const bool mg = hp->arch == MU_ARCH_MUSE_GLIMMER, qk = mg || hp->arch == MU_ARCH_DFLASH;
+        rc = mu_model_bind_norm(f, NAME("attn_norm.weight"), E, false, &L->attn_norm);
+        if (!rc) rc = mu_model_bind_weight(f, NAME("attn_q.weight"), E, Q, false, &L->wq);
+        if (!rc) rc = mu_model_bind_weight(f, NAME("attn_k.weight"), E, KV, false, &L->wk);
+        if (!rc) rc = mu_model_bind_weight(f, NAME("attn_v.weight"), E, KV, false, &L->wv);
+        if (!rc) rc = mu_model_bind_weight(f, NAME("attn_output.weight"), Q, E, false, &L->wo);
+        if (!rc && mg) rc = mu_model_bind_weight(f, NAME("attn_gate.weight"), E, Q, false, &L->wgate);
+        if (!rc && qk) rc = mu_model_bind_norm(f, NAME("attn_q_norm.weight"), hp->head_dim, false, &L->q_norm);
+        if (!rc && qk) rc = mu_model_bind_norm(f, NAME("attn_k_norm.weight"), hp->head_dim, false, &L->k_norm);
+        if (!rc && mg) rc = mu_model_bind_norm(f, NAME("post_attention_norm.weight"), E, false, &L->post_attn_norm);
+        if (!rc) rc = mu_model_bind_norm(f, NAME("ffn_norm.weight"), E, false, &L->ffn_norm);
+        if (!rc) rc = mu_model_bind_weight(f, NAME("ffn_gate.weight"), E, hp->n_ff, false, &L->ffn_gate);
+        if (!rc) rc = mu_model_bind_weight(f, NAME("ffn_up.weight"), E, hp->n_ff, false, &L->ffn_up);
+        if (!rc) rc = mu_model_bind_weight(f, NAME("ffn_down.weight"), hp->n_ff, E, false, &L->ffn_down);
+        if (!rc && mg) rc = mu_model_bind_norm(f, NAME("post_ffw_norm.weight"), E, false, &L->post_ffn_norm);
+        if (!rc && hp->arch == MU_ARCH_LLAMA && gguf_find_tensor(f, NAME("attn_q.bias")))
             rc = mu_fail(MUSER_EUNSUPPORTED, "%s: attention biases are not supported", f->path);
 #undef NAME
     }
@@ -322,6 +351,10 @@ int mu_model_bind(gguf_file *file, mu_model *m) {
     gguf_str_copy(arch, m->arch_name, sizeof m->arch_name);
     if (gguf_str_eq(arch, "muse-glimmer")) m->hp.arch = MU_ARCH_MUSE_GLIMMER;
     else if (gguf_str_eq(arch, "llama")) m->hp.arch = MU_ARCH_LLAMA;
+    else if (gguf_str_eq(arch, "dflash"))
+        return mu_fail(MUSER_EUNSUPPORTED,
+                       "%s is a DFlash drafter (architecture 'dflash'): pass it with --draft beside its target model",
+                       file->path);
     else {
         char a[64];
         return mu_fail(MUSER_EUNSUPPORTED, "%s: unknown architecture '%s' (supported: muse-glimmer, llama)",
@@ -339,6 +372,27 @@ int mu_model_bind(gguf_file *file, mu_model *m) {
     }
     m->weight_bytes_per_token = mu_model_weight_bytes_per_token(m);
     return 0;
+}
+
+int mu_model_bind_drafter(gguf_file *file, int n_vocab_target, int n_vocab_head, mu_model *m) {
+    memset(m, 0, sizeof *m);
+    m->file = file;
+    m->hp.arch = MU_ARCH_DFLASH;
+    snprintf(m->arch_name, sizeof m->arch_name, "dflash");
+    gguf_str name;
+    if (gguf_get_str(file, "general.name", &name) == 1) gguf_str_copy(name, m->name, sizeof m->name);
+    key_reader k = {file, m->arch_name, 0};
+    int rc = read_hparams(file, m, &k);
+    if (!rc) {
+        const int64_t E = m->hp.n_embd;
+        m->hp.n_vocab = n_vocab_head;
+        rc = mu_model_bind_weight(file, "token_embd.weight", E, n_vocab_target, true, &m->tok_embd);
+        if (!rc) rc = mu_model_bind_weight(file, "output.weight", E, n_vocab_head, true, &m->output);
+        if (!rc) rc = mu_model_bind_norm(file, "output_norm.weight", E, false, &m->output_norm);
+        if (!rc) rc = bind_layers(file, m);
+    }
+    if (rc) mu_model_unbind(m);
+    return rc;
 }
 
 void mu_model_unbind(mu_model *m) {

@@ -18,6 +18,7 @@
 typedef enum mu_arch {
     MU_ARCH_MUSE_GLIMMER = 0,
     MU_ARCH_LLAMA = 1,
+    MU_ARCH_DFLASH = 2, /* a DFlash drafter (model/dflash.h): bound only beside its target */
 } mu_arch;
 
 /* RoPE pairing: NORM rotates (2i, 2i+1); NEOX rotates (i, i + n_rot/2). */
@@ -87,8 +88,21 @@ struct muser_model {
 };
 typedef struct muser_model mu_model;
 
-/* Parses hparams and binds tensors. Does not load the vocabulary. */
+/* Parses hparams and binds tensors. Does not load the vocabulary. Refuses
+ * a DFlash drafter (general.architecture = dflash), which needs its target. */
 int mu_model_bind(gguf_file *file, mu_model *m);
+/* Binds a DFlash drafter's decoder (model/dflash.c): hyperparameters from
+ * the dflash.* keys (NEOX RoPE on every layer, optional sliding window with
+ * a per-layer bool pattern, weighted QK-norms, no gate or post-norms), the
+ * layers, output_norm, and token_embd / output when the file has its own
+ * (else their data stays NULL for the caller to share the target's).
+ * n_vocab_target sizes token_embd; n_vocab_head sizes output. */
+int mu_model_bind_drafter(gguf_file *file, int n_vocab_target, int n_vocab_head, mu_model *m);
+/* Shape-checked views for the loaders (optional: absent leaves w->data NULL). */
+int mu_model_bind_weight(const gguf_file *f, const char *name, int64_t cols, int64_t rows, bool optional,
+                         mu_weight *w);
+/* A 1-D tensor dequantized into a malloc'd f32 array (finite values only). */
+int mu_model_bind_norm(const gguf_file *f, const char *name, int64_t n, bool optional, float **out);
 void mu_model_unbind(mu_model *m);
 
 /* Bytes of weights streamed to decode one token: every projection, the

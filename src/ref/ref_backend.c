@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "ref/ref_ops.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -21,39 +22,6 @@ typedef struct ref_backend {
     double **k, **v;    /* [n_layer] -> [cap_pos][kv_dim]           */
     float *row;         /* one dequantized weight row               */
 } ref_backend;
-
-/* y[r] = sum_j W[r][j] * x[j] in double. */
-static void ref_matvec(ref_backend *b, const mu_weight *w, const double *x, double *y) {
-    for (int64_t r = 0; r < w->rows; r++) {
-        mu_dequant_row(w->type, (const uint8_t *)w->data + (uint64_t)r * w->row_bytes, b->row, w->cols);
-        double s = 0.0;
-        for (int64_t j = 0; j < w->cols; j++) s += (double)b->row[j] * x[j];
-        y[r] = s;
-    }
-}
-
-static void ref_rmsnorm(const double *x, const float *w, double *y, int64_t n, double eps) {
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
-    double scale = 1.0 / sqrt(ss / (double)n + eps);
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * (w ? (double)w[i] : 1.0);
-}
-
-static void ref_rope(const mu_hparams *hp, double base, const float *ff, int64_t pos, double *v, int n_heads) {
-    const int half = hp->n_rot / 2;
-    for (int h = 0; h < n_heads; h++) {
-        double *x = v + (int64_t)h * hp->head_dim;
-        for (int i = 0; i < half; i++) {
-            double theta = (double)pos * pow(base, -2.0 * i / hp->n_rot) * hp->rope_freq_scale;
-            if (ff) theta /= ff[i];
-            int a = hp->rope_type == MU_ROPE_NEOX ? i : 2 * i;
-            int c = hp->rope_type == MU_ROPE_NEOX ? i + half : 2 * i + 1;
-            double x0 = x[a], x1 = x[c];
-            x[a] = x0 * cos(theta) - x1 * sin(theta);
-            x[c] = x0 * sin(theta) + x1 * cos(theta);
-        }
-    }
-}
 
 static int grow(ref_backend *b, int need) {
     if (need <= b->cap_pos) return 0;
@@ -94,22 +62,22 @@ static int ref_token(ref_backend *b, muser_token tok, int pos, float *logits) {
     mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tok * m->tok_embd.row_bytes,
                    b->row, E);
     for (int64_t i = 0; i < E; i++) h[i] = b->row[i];
-    if (hp->embd_norm) ref_rmsnorm(h, NULL, h, E, hp->rms_eps);
+    if (hp->embd_norm) mu_ref_rmsnorm(h, NULL, h, E, hp->rms_eps);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
-        ref_rmsnorm(h, L->attn_norm, a, E, hp->rms_eps);
-        ref_matvec(b, &L->wq, a, q);
-        ref_matvec(b, &L->wk, a, k);
-        ref_matvec(b, &L->wv, a, v);
-        if (L->wgate.data) ref_matvec(b, &L->wgate, a, g);
+        mu_ref_rmsnorm(h, L->attn_norm, a, E, hp->rms_eps);
+        mu_ref_matvec(b->row, &L->wq, a, q);
+        mu_ref_matvec(b->row, &L->wk, a, k);
+        mu_ref_matvec(b->row, &L->wv, a, v);
+        if (L->wgate.data) mu_ref_matvec(b->row, &L->wgate, a, g);
         if (L->q_norm) {
-            for (int hh = 0; hh < hp->n_head; hh++) ref_rmsnorm(q + hh * hd, L->q_norm, q + hh * hd, hd, hp->rms_eps);
-            for (int hh = 0; hh < hp->n_head_kv; hh++) ref_rmsnorm(k + hh * hd, L->k_norm, k + hh * hd, hd, hp->rms_eps);
+            for (int hh = 0; hh < hp->n_head; hh++) mu_ref_rmsnorm(q + hh * hd, L->q_norm, q + hh * hd, hd, hp->rms_eps);
+            for (int hh = 0; hh < hp->n_head_kv; hh++) mu_ref_rmsnorm(k + hh * hd, L->k_norm, k + hh * hd, hd, hp->rms_eps);
         }
         if (L->use_rope) {
-            ref_rope(hp, L->rope_base, m->rope_freq_factors, pos, q, hp->n_head);
-            ref_rope(hp, L->rope_base, m->rope_freq_factors, pos, k, hp->n_head_kv);
+            mu_ref_rope(hp, L->rope_base, m->rope_freq_factors, pos, q, hp->n_head);
+            mu_ref_rope(hp, L->rope_base, m->rope_freq_factors, pos, k, hp->n_head_kv);
         }
         for (int64_t i = 0; i < KVD; i++) {
             b->k[l][(size_t)pos * KVD + i] = kv_round(b, k[i]);
@@ -142,21 +110,21 @@ static int ref_token(ref_backend *b, muser_token tok, int pos, float *logits) {
         }
         if (L->wgate.data)
             for (int64_t i = 0; i < Q; i++) o[i] *= 1.0 / (1.0 + exp(-g[i]));
-        ref_matvec(b, &L->wo, o, t);
-        if (L->post_attn_norm) ref_rmsnorm(t, L->post_attn_norm, t, E, hp->post_norm_eps);
+        mu_ref_matvec(b->row, &L->wo, o, t);
+        if (L->post_attn_norm) mu_ref_rmsnorm(t, L->post_attn_norm, t, E, hp->post_norm_eps);
         for (int64_t i = 0; i < E; i++) h[i] += t[i];
 
-        ref_rmsnorm(h, L->ffn_norm, a, E, hp->rms_eps);
-        ref_matvec(b, &L->ffn_gate, a, fg);
-        ref_matvec(b, &L->ffn_up, a, fu);
+        mu_ref_rmsnorm(h, L->ffn_norm, a, E, hp->rms_eps);
+        mu_ref_matvec(b->row, &L->ffn_gate, a, fg);
+        mu_ref_matvec(b->row, &L->ffn_up, a, fu);
         for (int64_t i = 0; i < F; i++) fg[i] = fg[i] / (1.0 + exp(-fg[i])) * fu[i];
-        ref_matvec(b, &L->ffn_down, fg, t);
-        if (L->post_ffn_norm) ref_rmsnorm(t, L->post_ffn_norm, t, E, hp->post_norm_eps);
+        mu_ref_matvec(b->row, &L->ffn_down, fg, t);
+        if (L->post_ffn_norm) mu_ref_rmsnorm(t, L->post_ffn_norm, t, E, hp->post_norm_eps);
         for (int64_t i = 0; i < E; i++) h[i] += t[i];
     }
     if (logits) {
-        ref_rmsnorm(h, m->output_norm, a, E, hp->rms_eps);
-        ref_matvec(b, &m->output, a, lg);
+        mu_ref_rmsnorm(h, m->output_norm, a, E, hp->rms_eps);
+        mu_ref_matvec(b->row, &m->output, a, lg);
         for (int64_t i = 0; i < V; i++) {
             double z = lg[i] * hp->logit_scale;
             if (hp->softcap != 0.0f) z = tanh(z / hp->softcap) * hp->softcap;

@@ -12,6 +12,7 @@
 
 #include "model/model.h"
 #include "muser.h"
+#include "sample/sample.h"
 #include "util/error.h"
 
 typedef struct cand {
@@ -166,11 +167,16 @@ static void select_top(cand *c, int n, int k) {
     }
 }
 
-muser_token muser_sampler_sample(muser_sampler *s, const float *logits) {
+/* The distribution a draw chooses from: the candidates left in s->c[0..n)
+ * and their unnormalized probabilities w[0..n) (malloc'd, *w_out); greedy
+ * leaves the argmax alone, weight 1. Returns n; 0 when out of memory (then
+ * s->c[0] is the best candidate). */
+static int distribution(muser_sampler *s, const float *logits, double **w_out) {
     const muser_sampler_params *p = &s->p;
     const int V = s->n_vocab;
     cand *c = s->c;
     int n = V;
+    *w_out = NULL;
     for (int i = 0; i < V; i++) {
         float l = logits[i];
         if (s->counts && penalties_on(p) && s->counts[i]) {
@@ -181,81 +187,128 @@ muser_token muser_sampler_sample(muser_sampler *s, const float *logits) {
         c[i].logit = l;
         c[i].id = i;
     }
-    muser_token chosen;
     if (p->temperature <= 0.0f) {
         int best = 0;
         for (int i = 1; i < V; i++)
             if (c[i].logit > c[best].logit) best = i;
-        chosen = c[best].id;
-    } else {
-        if (p->top_k > 0 && p->top_k < n) {
-            select_top(c, n, p->top_k);
-            n = p->top_k;
-        } else if (n > 1024) {
-            /* Without top-k, drop candidates whose probability is below
-             * exp(-40) of the best before sorting: they cannot matter. */
-            float mx0 = -INFINITY;
-            for (int i = 0; i < n; i++) mx0 = c[i].logit > mx0 ? c[i].logit : mx0;
-            const float floor_logit = mx0 - 40.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
-            int m = 0;
-            for (int i = 0; i < n; i++)
-                if (c[i].logit >= floor_logit) c[m++] = c[i];
-            n = m;
-        }
-        /* probabilities at temperature 1 for top-p / min-p, as llama.cpp:
-         * exp(l - max) / sum over every candidate. Only the prefix up to
-         * the cut needs sorting: sort the best m (m growing 4x) until a cut
-         * falls inside it; without cuts, everything. */
-        float mx = -INFINITY;
-        for (int i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-        double sum = 0.0;
-        for (int i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
-        const bool cuts = p->top_p < 1.0f || p->min_p > 0.0f;
-        for (int m = cuts && n > 256 ? 256 : n;; m = m > n / 4 ? n : 4 * m) {
-            if (m < n) select_top(c, n, m);
-            qsort(c, (size_t)m, sizeof(cand), cmp_desc);
-            int keep = m;
-            bool cut = false;
-            if (p->top_p < 1.0f) {
-                double cum = 0.0;
-                for (int i = 0; i < m; i++) {
-                    cum += exp((double)c[i].logit - mx) / sum;
-                    if (cum >= p->top_p) {
-                        keep = i + 1, cut = true;
-                        break;
-                    }
+        c[0] = c[best];
+        double *w = malloc(sizeof(double));
+        if (!w) return 0;
+        w[0] = 1.0;
+        *w_out = w;
+        return 1;
+    }
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top(c, n, p->top_k);
+        n = p->top_k;
+    } else if (n > 1024) {
+        /* Without top-k, drop candidates whose probability is below
+         * exp(-40) of the best before sorting: they cannot matter. */
+        float mx0 = -INFINITY;
+        for (int i = 0; i < n; i++) mx0 = c[i].logit > mx0 ? c[i].logit : mx0;
+        const float floor_logit = mx0 - 40.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].logit >= floor_logit) c[m++] = c[i];
+        n = m;
+    }
+    /* probabilities at temperature 1 for top-p / min-p, as llama.cpp:
+     * exp(l - max) / sum over every candidate. Only the prefix up to
+     * the cut needs sorting: sort the best m (m growing 4x) until a cut
+     * falls inside it; without cuts, everything. */
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+    const bool cuts = p->top_p < 1.0f || p->min_p > 0.0f;
+    for (int m = cuts && n > 256 ? 256 : n;; m = m > n / 4 ? n : 4 * m) {
+        if (m < n) select_top(c, n, m);
+        qsort(c, (size_t)m, sizeof(cand), cmp_desc);
+        int keep = m;
+        bool cut = false;
+        if (p->top_p < 1.0f) {
+            double cum = 0.0;
+            for (int i = 0; i < m; i++) {
+                cum += exp((double)c[i].logit - mx) / sum;
+                if (cum >= p->top_p) {
+                    keep = i + 1, cut = true;
+                    break;
                 }
             }
-            if (p->min_p > 0.0f) {
-                int k = 1; /* the best has probability 1 relative to itself */
-                while (k < keep && exp((double)c[k].logit - mx) >= p->min_p) k++;
-                if (k < keep) keep = k, cut = true;
-            }
-            if (cut || m == n) {
-                n = keep;
-                break;
-            }
         }
-        double *pr = malloc(sizeof(double) * (size_t)n);
-        if (!pr) {
-            chosen = c[0].id;
-            muser_sampler_accept(s, chosen);
-            return chosen;
+        if (p->min_p > 0.0f) {
+            int k = 1; /* the best has probability 1 relative to itself */
+            while (k < keep && exp((double)c[k].logit - mx) >= p->min_p) k++;
+            if (k < keep) keep = k, cut = true;
         }
-        /* temperature, then the draw */
-        double total = 0.0;
-        for (int i = 0; i < n; i++) total += (pr[i] = exp(((double)c[i].logit - mx) / p->temperature));
-        double r = next_unit(s) * total, acc = 0.0;
-        chosen = c[n - 1].id;
-        for (int i = 0; i < n; i++) {
-            acc += pr[i];
-            if (r < acc) {
-                chosen = c[i].id;
-                break;
-            }
+        if (cut || m == n) {
+            n = keep;
+            break;
         }
-        free(pr);
     }
+    double *w = malloc(sizeof(double) * (size_t)n);
+    if (!w) return 0;
+    /* temperature */
+    for (int i = 0; i < n; i++) w[i] = exp(((double)c[i].logit - mx) / p->temperature);
+    *w_out = w;
+    return n;
+}
+
+/* A draw from candidates c[0..n) with weights w, skipping index `skip`
+ * (-1: none) whose weight is left out of the total. */
+static muser_token draw(muser_sampler *s, const double *w, int n, int skip) {
+    const cand *c = s->c;
+    double total = 0.0;
+    for (int i = 0; i < n; i++)
+        if (i != skip) total += w[i];
+    double r = next_unit(s) * total, acc = 0.0;
+    muser_token chosen = c[n - 1 == skip && n > 1 ? n - 2 : n - 1].id;
+    for (int i = 0; i < n; i++) {
+        if (i == skip) continue;
+        acc += w[i];
+        if (r < acc) {
+            chosen = c[i].id;
+            break;
+        }
+    }
+    return chosen;
+}
+
+muser_token muser_sampler_sample(muser_sampler *s, const float *logits) {
+    double *w = NULL;
+    const int n = distribution(s, logits, &w);
+    const muser_token chosen = n == 0 ? s->c[0].id : n == 1 && s->p.temperature <= 0.0f ? s->c[0].id : draw(s, w, n, -1);
+    free(w);
+    muser_sampler_accept(s, chosen);
+    return chosen;
+}
+
+muser_token mu_sampler_verify(muser_sampler *s, const float *logits, muser_token draft, bool *accepted) {
+    double *w = NULL;
+    const int n = distribution(s, logits, &w);
+    muser_token chosen;
+    *accepted = false;
+    if (n == 0) {
+        chosen = s->c[0].id;
+    } else if (s->p.temperature <= 0.0f) {
+        chosen = s->c[0].id; /* greedy: the draft stands when it is the argmax */
+    } else {
+        /* Standard speculative rejection sampling with a point-mass draft
+         * q = delta(draft): accept with probability min(1, p(d) / q(d)) =
+         * p(d); otherwise draw from the residual max(p - q, 0), which is p
+         * without the draft, renormalized. Each token t then comes out with
+         * probability p(d) [t = d] + (1 - p(d)) p(t) / (1 - p(d)) [t != d] = p(t). */
+        int at = -1;
+        double total = 0.0;
+        for (int i = 0; i < n; i++) {
+            total += w[i];
+            if (s->c[i].id == draft) at = i;
+        }
+        if (at >= 0 && next_unit(s) * total < w[at]) chosen = draft;
+        else chosen = n == 1 && at == 0 ? draft : draw(s, w, n, at);
+    }
+    free(w);
+    *accepted = chosen == draft;
     muser_sampler_accept(s, chosen);
     return chosen;
 }

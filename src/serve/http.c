@@ -336,6 +336,18 @@ static enum MHD_Result handle_metrics(srv_server *srv, struct MHD_Connection *c)
            (double)atomic_load(&m->decode_steps));
     metric(&b, "decode_rows_total", "counter", "Sequences decoded, summed over steps (rows / steps = mean batch).",
            (double)atomic_load(&m->decode_rows));
+    {
+        /* --draft: speculative decoding */
+        const double steps = (double)atomic_load(&m->spec_steps), acc = (double)atomic_load(&m->spec_accepted);
+        metric(&b, "spec_steps_total", "counter", "Speculative steps (draft + verify + commit) with drafted tokens.",
+               steps);
+        metric(&b, "spec_drafted_tokens_total", "counter", "Tokens the drafter proposed.",
+               (double)atomic_load(&m->spec_drafted));
+        metric(&b, "spec_accepted_tokens_total", "counter", "Drafted tokens the model agreed with.", acc);
+        metric(&b, "spec_mean_accepted_length", "gauge",
+               "Tokens committed per speculative step, the model's own included ((accepted + steps) / steps).",
+               steps > 0 ? (acc + steps) / steps : 0.0);
+    }
     metric(&b, "decode_tokens_per_second", "gauge", "Generated tokens per second over the last 10 seconds.",
            st.decode_tps_recent);
     metric(&b, "queue_depth", "gauge", "Requests waiting for a slot.", st.queued);
@@ -631,7 +643,8 @@ int srv_server_start(const srv_config *cfg, srv_server **out) {
         return mu_fail(MUSER_EINVAL, "cannot resolve --host %s: %s", cfg->host, gai_strerror(gai));
     }
 
-    srv_sched_config sc = {cfg->model, cfg->session, cfg->n_slots, cfg->queue_cap, cfg->n_checkpoints, cfg->model_id};
+    srv_sched_config sc = {cfg->model,     cfg->session,    cfg->n_slots,  cfg->queue_cap, cfg->n_checkpoints,
+                           cfg->model_id,  cfg->drafter,    cfg->draft_max};
     int rc = srv_sched_new(&sc, &srv->sched);
     if (rc) {
         freeaddrinfo(ai);

@@ -38,6 +38,7 @@ typedef struct srv_slot {
     srv_output output;
     muser_token *script; /* test hook: tokens that replace sampling */
     int n_script, script_pos;
+    bool drafter_on;     /* the session has the server's drafter (--draft) */
 } srv_slot;
 
 #define RECENT_SECONDS 10
@@ -278,6 +279,8 @@ static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
     release_slot(s, sl);
 }
 
+static void show_token(srv_sched *s, srv_slot *sl, muser_token t);
+
 /* The session holds fresh logits: choose the next token and show it. */
 static void next_token(srv_sched *s, srv_slot *sl) {
     const srv_request *r = &sl->job->req;
@@ -297,6 +300,13 @@ static void next_token(srv_sched *s, srv_slot *sl) {
         }
         t = muser_sampler_sample(sl->sampler, logits);
     }
+    show_token(s, sl, t);
+}
+
+/* t is the slot's next token: the end, or text for the client and the
+ * token the next step feeds. */
+static void show_token(srv_sched *s, srv_slot *sl, muser_token t) {
+    const srv_request *r = &sl->job->req;
     if (muser_vocab_is_eog(s->cfg.model, t)) {
         finish(s, sl, SRV_FINISH_STOP);
         return;
@@ -373,11 +383,46 @@ static void prefill_step(srv_sched *s, srv_slot *sl) {
     }
 }
 
+/* A speculative step for a slot with a drafter (--draft): its session
+ * drafts, verifies and commits; every token it brings is shown in turn
+ * until the output ends. Requests the sampler alone cannot serve (logit
+ * biases, test scripts) take the plain batched step. */
+static bool spec_slot(const srv_slot *sl) { return sl->drafter_on && !sl->script && sl->job->req.n_bias == 0; }
+
+static void spec_step(srv_sched *s, srv_slot *sl) {
+    const srv_request *r = &sl->job->req;
+    muser_token out[256];
+    int got = 0, max_new = 256;
+    if (r->max_tokens >= 0 && r->max_tokens - sl->generated < max_new) max_new = r->max_tokens - sl->generated;
+    muser_spec_stats a, b;
+    muser_session_spec_stats(sl->session, &a);
+    const uint64_t t0 = mu_now_ns();
+    int rc = muser_session_spec_step(sl->session, sl->next, sl->sampler, max_new > 0 ? max_new : 1, out, &got);
+    atomic_fetch_add(&s->metrics.decode_ns, mu_now_ns() - t0);
+    if (rc != MUSER_OK) {
+        fail_slot(s, sl, 500, "server_error", "decode failed: %s", muser_last_error());
+        return;
+    }
+    muser_session_spec_stats(sl->session, &b);
+    atomic_fetch_add(&s->metrics.spec_steps, b.steps - a.steps);
+    atomic_fetch_add(&s->metrics.spec_drafted, b.drafted - a.drafted);
+    atomic_fetch_add(&s->metrics.spec_accepted, b.accepted - a.accepted);
+    atomic_fetch_add(&s->metrics.decode_steps, 1);
+    atomic_fetch_add(&s->metrics.decode_rows, 1);
+    atomic_fetch_add(&s->metrics.generated_tokens, (uint64_t)got);
+    count_recent(s, (uint64_t)got);
+    for (int i = 0; i < got && sl->job && sl->state == SLOT_DECODE; i++) show_token(s, sl, out[i]);
+}
+
 /* One decode step for every generating slot, as one batch. */
 static void decode_step(srv_sched *s) {
     int n = 0;
     for (int i = 0; i < s->cfg.n_slots; i++) {
         srv_slot *sl = &s->slots[i];
+        if (sl->job && sl->state == SLOT_DECODE && spec_slot(sl)) {
+            spec_step(s, sl);
+            continue;
+        }
         if (sl->job && sl->state == SLOT_DECODE) {
             s->batch_slots[n] = sl;
             s->batch_sessions[n] = sl->session;
@@ -480,6 +525,8 @@ int srv_sched_new(const srv_sched_config *cfg, srv_sched **out) {
         s->slots[i].index = i;
         rc = muser_session_new(cfg->model, &cfg->session, &s->slots[i].session);
         if (!rc) muser_session_set_checkpoints(s->slots[i].session, cfg->n_checkpoints);
+        if (!rc && cfg->drafter) rc = muser_session_set_drafter(s->slots[i].session, cfg->drafter, cfg->draft_max);
+        s->slots[i].drafter_on = !rc && cfg->drafter;
     }
     if (!rc) s->n_ctx = muser_session_n_ctx(s->slots[0].session);
     if (!rc && pthread_create(&s->worker, NULL, worker_main, s) != 0) rc = MUSER_ENOMEM;

@@ -52,6 +52,8 @@ typedef struct srv_sched_config {
     int queue_cap;                /* waiting jobs before 429            */
     int n_checkpoints;            /* ring checkpoints per slot          */
     const char *model_id;         /* "model" in responses               */
+    const muser_drafter *drafter; /* --draft: speculative decoding, or NULL */
+    int draft_max;                /* --draft-max (0: the drafter's block - 1) */
 } srv_sched_config;
 
 int srv_sched_new(const srv_sched_config *cfg, srv_sched **out);
@@ -86,6 +88,7 @@ typedef struct srv_metrics {
     atomic_uint_fast64_t generated_tokens;
     atomic_uint_fast64_t decode_steps, decode_rows;
     atomic_uint_fast64_t prefill_ns, decode_ns;
+    atomic_uint_fast64_t spec_steps, spec_drafted, spec_accepted; /* --draft */
 } srv_metrics;
 
 enum srv_route { SRV_ROUTE_CHAT, SRV_ROUTE_COMPLETION, SRV_ROUTE_MODELS, SRV_ROUTE_HEALTH, SRV_ROUTE_METRICS,

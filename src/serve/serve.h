@@ -32,6 +32,8 @@ typedef struct srv_config {
     const char *api_key;    /* NULL: no authentication                            */
     bool test_hooks;        /* accept the "muser_test_script" request field       */
     bool quiet;             /* no log line per request on stderr                 */
+    const muser_drafter *drafter; /* --draft: speculative decoding, or NULL       */
+    int draft_max;          /* --draft-max (0: the drafter's block - 1)           */
 } srv_config;
 
 typedef struct srv_server srv_server;

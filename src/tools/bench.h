@@ -44,4 +44,18 @@ bool mu_bench_parse_widths(mu_args *a, int *out, int cap, int *n);
  * "parallel" array). Returns the exit status. */
 int mu_bench_parallel_run(const mu_bench_parallel *p);
 
+/* --draft: speculative decoding with a DFlash drafter (bench_spec.c). */
+typedef struct mu_bench_spec {
+    const char *model_path, *draft_path;
+    muser_session_params sp;
+    int draft_max;      /* 0: the drafter's block size - 1 */
+    const long *depths;
+    int n_depths;
+    int n_gen;          /* timed steps per depth                      */
+    int observe;        /* tokens of the observed greedy generation   */
+} mu_bench_spec;
+/* Times the plain and the speculative step at each depth, prints tok/s at
+ * each accepted length and the accepted length observed. Exit status. */
+int mu_bench_spec_run(const mu_bench_spec *p);
+
 #endif

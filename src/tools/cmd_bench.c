@@ -55,10 +55,15 @@ static void usage(FILE *out) {
             "  %-28s the memory bandwidth alone, no model\n"
             "  %-28s bandwidth probe buffer, %d passes (default: %d)\n"
             "  %-28s B sessions decoding together, per width (default: none)\n"
-            "  %-28s rounds of the widths, alternating (default: 1)\n",
+            "  %-28s rounds of the widths, alternating (default: 1)\n"
+            "  %-28s speculative decoding with this DFlash drafter: the plain and the speculative\n"
+            "  %-28s step at each depth (default: 0), tok/s at each accepted length, and the\n"
+            "  %-28s accepted length observed over a greedy generation\n"
+            "  %-28s tokens drafted per step (default: the drafter's block size - 1)\n"
+            "  %-28s tokens of the observed generation (default: 128)\n",
             MU_BENCH_WIDTH_MAX, "-m, --model FILE", "--depths D,D,...", "", "-n, --n-gen N", "-p, --pp, --n-prompt N", "--json",
             "--plot FILE.png", "--profile", "--membw", "--membw-mib MIB", MEMBW_PASSES, MEMBW_MIB,
-            "--parallel B,B,...", "--rounds R");
+            "--parallel B,B,...", "--rounds R", "--draft, -md FILE", "", "", "--draft-max N", "--observe N");
     mu_tool_session_help(out, "cpu|cuda", NULL);
 }
 
@@ -68,6 +73,8 @@ typedef struct bench {
     int n_depths, n_gen, pp, membw_mib;
     int widths[MU_BENCH_MAX_WIDTHS], n_widths, rounds; /* --parallel, --rounds */
     bool json, profile, membw_only, depths_given;
+    const char *draft_path;    /* --draft: the speculative mode (bench_spec.c) */
+    int draft_max, observe;
     muser_session_params sp;
 } bench;
 
@@ -140,6 +147,12 @@ static int parse(bench *b, int argc, char **argv) {
             b->depths_given = true;
         } else if (mu_arg_is(&a, NULL, "--parallel")) {
             if (!mu_bench_parse_widths(&a, b->widths, MU_BENCH_MAX_WIDTHS, &b->n_widths)) return 2;
+        } else if (mu_arg_is(&a, "-md", "--draft")) {
+            if (!mu_arg_str(&a, &b->draft_path)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--draft-max")) {
+            if (!mu_arg_int(&a, 1, 255, &b->draft_max)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--observe")) {
+            if (!mu_arg_int(&a, 1, 100000, &b->observe)) return 2;
         } else if (mu_arg_is(&a, NULL, "--rounds")) {
             if (!mu_arg_int(&a, 1, 64, &b->rounds)) return 2;
         } else if (mu_arg_is(&a, "-n", "--n-gen")) {
@@ -407,11 +420,26 @@ static int bench_parallel(const bench *b) {
     return mu_bench_parallel_run(&p);
 }
 
+/* --draft: speculative decoding (bench_spec.c). */
+static int bench_spec(const bench *b) {
+    if (b->json || b->profile || b->plot || b->membw_only) {
+        fprintf(stderr, "muser bench: --draft does not take --json, --profile, --plot or --membw\n");
+        return 2;
+    }
+    static const long depth0 = 0;
+    mu_bench_spec p = {.model_path = b->model_path, .draft_path = b->draft_path, .sp = b->sp,
+                       .draft_max = b->draft_max, .depths = b->depths_given ? b->depths : &depth0,
+                       .n_depths = b->depths_given ? b->n_depths : 1, .n_gen = b->n_gen,
+                       .observe = b->observe ? b->observe : 128};
+    return mu_bench_spec_run(&p);
+}
+
 int cmd_bench(int argc, char **argv) {
     bench b;
     int rc = parse(&b, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     if (b.n_widths || b.rounds) return bench_parallel(&b);
+    if (b.draft_path) return bench_spec(&b);
     if (!b.membw_only && mu_bench_check_memory(b.model_path)) return 1;
 
     muser_model *model = NULL;

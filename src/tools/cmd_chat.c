@@ -38,6 +38,7 @@ static void usage(FILE *out) {
             "  %-28s show no reasoning (default: shown dimmed)\n"
             "  %-28s most tokens per answer; -1: no limit (default: -1)\n",
             "-sys, --system TEXT", "--reasoning low|medium|high|xhigh", "--hide-reasoning", "-n, --n-predict N");
+    mu_gen_draft_help(out);
     mu_gen_help(out, "auto|cpu|cuda|ref", "random, printed at the start");
 }
 
@@ -97,6 +98,7 @@ int cmd_chat(int argc, char **argv) {
 
     int rc = 1;
     muser_session *s = NULL;
+    muser_drafter *drafter = NULL;
     muser_sampler *smp = muser_sampler_new(&o.samp, info.n_vocab);
     cJSON *history = cJSON_CreateArray();
     char *line = NULL;
@@ -106,6 +108,7 @@ int cmd_chat(int argc, char **argv) {
         goto out;
     }
     mu_gen_describe(&o, s);
+    if (mu_gen_attach_drafter("chat", &o, model, s, &drafter) != 0) goto out;
     muser_session_set_checkpoints(s, 2); /* a rewound turn need not re-prefill the sliding rings */
     if (system) {
         cJSON *m = cJSON_CreateObject();
@@ -188,8 +191,26 @@ int cmd_chat(int argc, char **argv) {
         bool in_reasoning = false, full = false;
         muser_chat_delta d;
         t0 = mu_now_seconds();
+        /* t: the token chosen after the session's last position; a step
+         * feeds it and brings the next (several with --draft) */
+        muser_token t = muser_sampler_sample(smp, muser_session_logits(s)), more[256];
+        int n_more = 0, next = 0;
         for (int i = 0; (max_answer < 0 || i < max_answer) && !mu_gen_interrupted(); i++) {
-            muser_token t = muser_sampler_sample(smp, muser_session_logits(s));
+            if (i > 0 && next < n_more) {
+                t = more[next++];
+            } else if (i > 0) {
+                if (muser_session_pos(s) >= muser_session_n_ctx(s)) {
+                    full = true;
+                    break;
+                }
+                st.bytes += (double)muser_session_bytes_per_token(s);
+                const int left = max_answer < 0 || max_answer - i > 256 ? 256 : max_answer - i;
+                if (muser_session_spec_step(s, t, smp, left, more, &n_more) != 0) {
+                    fprintf(stderr, "\nmuser chat: %s\n", muser_last_error());
+                    break;
+                }
+                t = more[0], next = 1;
+            }
             if (muser_vocab_is_eog(model, t)) break;
             const char *piece = muser_detok_push(dt, t);
             st.gen_tokens++;
@@ -205,15 +226,6 @@ int cmd_chat(int argc, char **argv) {
                 fwrite(d.content, 1, d.content_len, stdout);
             }
             fflush(stdout);
-            if (muser_session_pos(s) >= muser_session_n_ctx(s)) {
-                full = true;
-                break;
-            }
-            st.bytes += (double)muser_session_bytes_per_token(s);
-            if (muser_session_feed(s, &t, 1, false) != 0) {
-                fprintf(stderr, "\nmuser chat: %s\n", muser_last_error());
-                break;
-            }
         }
         st.gen_s = mu_now_seconds() - t0;
         const char *rest = muser_detok_flush(dt);
@@ -234,12 +246,14 @@ int cmd_chat(int argc, char **argv) {
         muser_detok_free(dt);
         if (tty) mu_gen_print_stats(&st, stderr);
     }
+    mu_gen_print_spec_stats(s, stderr);
     rc = 0;
 out:
     free(line);
     cJSON_Delete(history);
     muser_sampler_free(smp);
     muser_session_free(s);
+    muser_drafter_free(drafter);
     muser_model_free(model);
     return rc;
 }

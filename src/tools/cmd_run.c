@@ -25,6 +25,7 @@ static void usage(FILE *out) {
             "  %-28s add no BOS token (default: as the model's file says)\n"
             "  %-28s print control tokens' text (default: hidden)\n",
             "-p, --prompt TEXT", "-f, --file FILE", "-n, --n-predict N", "--no-bos", "--show-special");
+    mu_gen_draft_help(out);
     mu_gen_help(out, "auto|cpu|cuda|ref", "random, printed at the end");
 }
 
@@ -75,6 +76,7 @@ int cmd_run(int argc, char **argv) {
     }
     int rc = 1;
     muser_session *s = NULL;
+    muser_drafter *drafter = NULL;
     muser_sampler *smp = NULL;
     muser_detok *dt = NULL;
     muser_token *toks = NULL;
@@ -96,6 +98,7 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     mu_gen_describe(&o, s);
+    if (mu_gen_attach_drafter("run", &o, model, s, &drafter) != 0) goto out;
     if (n > muser_session_n_ctx(s)) {
         fprintf(stderr, "muser run: the prompt has %d tokens but the context holds %d (use -c)\n", n,
                 muser_session_n_ctx(s));
@@ -126,22 +129,33 @@ int cmd_run(int argc, char **argv) {
     }
     st.prompt_s = mu_now_seconds() - t0;
     t0 = mu_now_seconds();
-    for (int i = 0; (n_predict < 0 || i < n_predict) && !mu_gen_interrupted(); i++) {
-        muser_token t = muser_sampler_sample(smp, muser_session_logits(s));
+    /* t: the token chosen after the session's last position. A plain step
+     * feeds it and samples one more; a speculative step (with --draft)
+     * feeds it with the drafted block and may bring several. */
+    muser_token t = muser_sampler_sample(smp, muser_session_logits(s)), more[256];
+    int n_more = 0, next = 0;
+    while ((n_predict < 0 || st.gen_tokens < n_predict) && !mu_gen_interrupted()) {
         if (muser_vocab_is_eog(model, t)) break;
         fputs(muser_detok_push(dt, t), stdout);
         fflush(stdout);
         st.gen_tokens++;
+        if (next < n_more) { /* the rest of the last speculative step */
+            t = more[next++];
+            continue;
+        }
+        if (n_predict >= 0 && st.gen_tokens >= n_predict) break;
         if (muser_session_pos(s) >= muser_session_n_ctx(s)) {
             fprintf(stderr, "\nmuser run: the context is full (%d token%s)\n", muser_session_n_ctx(s),
                     mu_plural_s(muser_session_n_ctx(s)));
             break;
         }
         st.bytes += (double)muser_session_bytes_per_token(s);
-        if (muser_session_feed(s, &t, 1, false) != 0) {
+        const int left = n_predict < 0 ? 256 : n_predict - st.gen_tokens;
+        if (muser_session_spec_step(s, t, smp, left < 256 ? left : 256, more, &n_more) != 0) {
             fprintf(stderr, "\nmuser run: %s\n", muser_last_error());
             goto out;
         }
+        t = more[0], next = 1;
     }
     st.gen_s = mu_now_seconds() - t0;
     fputs(muser_detok_flush(dt), stdout);
@@ -149,11 +163,13 @@ int cmd_run(int argc, char **argv) {
     fflush(stdout);
     if (mu_gen_interrupted()) fprintf(stderr, "\nmuser run: interrupted");
     mu_gen_print_stats(&st, stderr);
+    mu_gen_print_spec_stats(s, stderr);
     rc = mu_gen_interrupted() ? 128 + SIGINT : 0;
 out:
     muser_detok_free(dt);
     muser_sampler_free(smp);
     muser_session_free(s);
+    muser_drafter_free(drafter);
     muser_model_free(model);
     free(toks);
     free(file_text);

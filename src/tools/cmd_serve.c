@@ -40,6 +40,7 @@ static void usage(FILE *out) {
             "  %-28s (text whose tokens replace sampling) (default: off)\n",
             "--host ADDR", "--port N", "-np, --parallel N", "--queue N", "--max-body BYTES", "--api-key KEY", "",
             "-a, --alias NAME", "--checkpoints N", "-q, --quiet", "", "--test-hooks", "");
+    mu_gen_draft_help(out);
     mu_gen_help(out, "auto|cpu|cuda", "random for each request");
 }
 
@@ -103,6 +104,16 @@ int cmd_serve(int argc, char **argv) {
     cfg.session = o.sp;
     cfg.sampling = o.samp;
     cfg.seed_fixed = !o.seed_random;
+    muser_drafter *drafter = NULL;
+    if (o.draft_path) {
+        if (muser_drafter_load(o.draft_path, model, &drafter) != 0) {
+            fprintf(stderr, "muser serve: %s\n", muser_last_error());
+            muser_model_free(model);
+            return 1;
+        }
+        cfg.drafter = drafter;
+        cfg.draft_max = o.draft_max;
+    }
 
     /* Signals go to the main thread only: block them before any thread starts. */
     sigset_t stop_signals;
@@ -115,6 +126,7 @@ int cmd_serve(int argc, char **argv) {
     srv_server *srv = NULL;
     if (srv_server_start(&cfg, &srv) != 0) {
         fprintf(stderr, "muser serve: %s\n", muser_last_error());
+        muser_drafter_free(drafter);
         muser_model_free(model);
         return 1;
     }
@@ -128,6 +140,7 @@ int cmd_serve(int argc, char **argv) {
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "muser serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
     srv_server_stop(srv);
+    muser_drafter_free(drafter);
     muser_model_free(model);
     return 0;
 }

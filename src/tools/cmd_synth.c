@@ -39,6 +39,22 @@ static const preset presets[] = {
     {"30b", 6656, 32, 2, 128, 19968, 52, 2048, 131072, 202048},
 };
 
+/* DFlash drafters (--draft) for each preset: Meta's geometry for 30b
+ * (Muse-Glimmer-30B-assistant: 5 sliding layers, 32 / 8 heads, block 16,
+ * mask token 201818, target layer inputs 2, 14, 26, 38, 50), small ones
+ * for the nano and micro fixtures. */
+typedef struct draft_preset {
+    const char *name;
+    int n_layer, n_head, n_head_kv, head_dim, n_ff, window, block;
+    int n_target_layers, target_layers[5];
+} draft_preset;
+
+static const draft_preset draft_presets[] = {
+    {"nano", 2, 4, 2, 64, 512, 32, 16, 3, {1, 4, 7}},
+    {"micro", 2, 8, 2, 64, 1024, 64, 16, 3, {1, 2, 3}},
+    {"30b", 5, 32, 8, 128, 19968, 2048, 16, 5, {2, 14, 26, 38, 50}},
+};
+
 #define LOGIT_SCALE 0.19611613513818404
 #define QK_SCALE 3.87f
 
@@ -230,8 +246,137 @@ static void synth_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* One tensor of a plan; the mix chooses its type. */
+static void plan_tensor(tensor_plan *t, const char *name, int n_dims, int64_t cols, int64_t rows, init_kind init,
+                        float scale, int mix, int n_layer) {
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims, t->ne[0] = cols, t->ne[1] = rows, t->init = init, t->scale = scale;
+    t->type = mu_tool_mix_type("synth", mix, t->name, t->name, n_dims, cols, n_layer);
+}
+
+/* Muse Glimmer's metadata into w and its tensor plan (llama.cpp's order). */
+static tensor_plan *plan_model(gguf_writer *w, const preset *pp, int mix, int *n_out) {
+    const preset p = *pp;
+    char name[96];
+    snprintf(name, sizeof name, "Muse-Glimmer-synth-%s-%s", p.name, mu_mix_name((mu_mix)mix));
+    gguf_writer_add_str(w, "general.architecture", "muse-glimmer");
+    gguf_writer_add_str(w, "general.name", name);
+    gguf_writer_add_u32(w, "general.file_type", mu_mix_file_type((mu_mix)mix));
+    gguf_writer_add_u32(w, "general.quantization_version", 2);
+    gguf_writer_add_u32(w, "muse-glimmer.block_count", (uint32_t)p.n_layer);
+    gguf_writer_add_u32(w, "muse-glimmer.context_length", (uint32_t)p.ctx);
+    gguf_writer_add_u32(w, "muse-glimmer.embedding_length", (uint32_t)p.n_embd);
+    gguf_writer_add_u32(w, "muse-glimmer.feed_forward_length", (uint32_t)p.n_ff);
+    gguf_writer_add_u32(w, "muse-glimmer.attention.head_count", (uint32_t)p.n_head);
+    gguf_writer_add_u32(w, "muse-glimmer.attention.head_count_kv", (uint32_t)p.n_head_kv);
+    gguf_writer_add_u32(w, "muse-glimmer.attention.key_length", (uint32_t)p.head_dim);
+    gguf_writer_add_u32(w, "muse-glimmer.attention.value_length", (uint32_t)p.head_dim);
+    gguf_writer_add_f32(w, "muse-glimmer.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_add_u32(w, "muse-glimmer.attention.sliding_window", (uint32_t)p.window);
+    bool *pattern = malloc((size_t)p.n_layer);
+    for (int l = 0; l < p.n_layer; l++) pattern[l] = l % 4 != 3;
+    gguf_writer_add_arr(w, "muse-glimmer.attention.sliding_window_pattern", GGUF_TYPE_BOOL, pattern, (uint64_t)p.n_layer);
+    free(pattern);
+    gguf_writer_add_f32(w, "muse-glimmer.rope.freq_base", 500000.0f);
+    gguf_writer_add_f32(w, "muse-glimmer.logit_scale", (float)LOGIT_SCALE);
+    gguf_writer_add_f32(w, "muse-glimmer.final_logit_softcapping", 20.0f);
+    gguf_writer_add_u32(w, "muse-glimmer.vocab_size", (uint32_t)p.vocab);
+    const int64_t E = p.n_embd, Q = (int64_t)p.n_head * p.head_dim, KV = (int64_t)p.n_head_kv * p.head_dim;
+    int n_plan = 3 + 14 * p.n_layer, k = 0;
+    tensor_plan *plan = calloc((size_t)n_plan, sizeof *plan);
+#define PLAN(nm, d, c, r, ini, sc) plan_tensor(&plan[k++], nm, d, c, r, ini, sc, mix, p.n_layer)
+    PLAN("token_embd.weight", 2, E, p.vocab, INIT_NORMAL, 0.02f);
+    PLAN("output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
+    PLAN("output.weight", 2, E, p.vocab, INIT_NORMAL, (float)(4.0 / (LOGIT_SCALE * sqrt((double)E))));
+    for (int l = 0; l < p.n_layer; l++) {
+        char n[64];
+#define L(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        PLAN(L("attn_norm.weight"), 1, E, 1, INIT_NORM_ONE, 0);
+        PLAN(L("attn_q.weight"), 2, E, Q, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("attn_k.weight"), 2, E, KV, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("attn_v.weight"), 2, E, KV, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("attn_q_norm.weight"), 1, p.head_dim, 1, INIT_CONST, QK_SCALE);
+        PLAN(L("attn_k_norm.weight"), 1, p.head_dim, 1, INIT_CONST, 1.0f);
+        PLAN(L("attn_gate.weight"), 2, E, Q, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("attn_output.weight"), 2, Q, E, INIT_NORMAL, (float)(1.0 / sqrt((double)Q)));
+        PLAN(L("post_attention_norm.weight"), 1, E, 1, INIT_NORM_POST, 0);
+        PLAN(L("ffn_norm.weight"), 1, E, 1, INIT_NORM_ONE, 0);
+        PLAN(L("ffn_gate.weight"), 2, E, p.n_ff, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("ffn_up.weight"), 2, E, p.n_ff, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("ffn_down.weight"), 2, p.n_ff, E, INIT_NORMAL, (float)(1.0 / sqrt((double)p.n_ff)));
+        PLAN(L("post_ffw_norm.weight"), 1, E, 1, INIT_NORM_POST, 0);
+#undef L
+    }
+#undef PLAN
+    *n_out = n_plan;
+    return plan;
+}
+
+/* A DFlash drafter's metadata (llama.cpp's `dflash` keys) and tensor plan,
+ * for a target of preset p. */
+static tensor_plan *plan_drafter(gguf_writer *w, const preset *p, int preset_layers, const draft_preset *dp, int mix,
+                                 int *n_out) {
+    const int n_layer = dp->n_layer;
+    char name[96];
+    snprintf(name, sizeof name, "Muse-Glimmer-synth-%s-dflash-%s", p->name, mu_mix_name((mu_mix)mix));
+    gguf_writer_add_str(w, "general.architecture", "dflash");
+    gguf_writer_add_str(w, "general.name", name);
+    gguf_writer_add_u32(w, "general.file_type", mu_mix_file_type((mu_mix)mix));
+    gguf_writer_add_u32(w, "general.quantization_version", 2);
+    gguf_writer_add_u32(w, "dflash.block_count", (uint32_t)n_layer);
+    gguf_writer_add_u32(w, "dflash.context_length", (uint32_t)p->ctx);
+    gguf_writer_add_u32(w, "dflash.embedding_length", (uint32_t)p->n_embd);
+    gguf_writer_add_u32(w, "dflash.feed_forward_length", (uint32_t)dp->n_ff);
+    gguf_writer_add_u32(w, "dflash.attention.head_count", (uint32_t)dp->n_head);
+    gguf_writer_add_u32(w, "dflash.attention.head_count_kv", (uint32_t)dp->n_head_kv);
+    gguf_writer_add_u32(w, "dflash.attention.key_length", (uint32_t)dp->head_dim);
+    gguf_writer_add_u32(w, "dflash.attention.value_length", (uint32_t)dp->head_dim);
+    gguf_writer_add_f32(w, "dflash.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_add_f32(w, "dflash.rope.freq_base", 500000.0f);
+    gguf_writer_add_u32(w, "dflash.attention.sliding_window", (uint32_t)dp->window);
+    bool *pattern = malloc((size_t)n_layer);
+    for (int l = 0; l < n_layer; l++) pattern[l] = true; /* Meta's drafter: every layer slides */
+    gguf_writer_add_arr(w, "dflash.attention.sliding_window_pattern", GGUF_TYPE_BOOL, pattern, (uint64_t)n_layer);
+    free(pattern);
+    gguf_writer_add_u32(w, "dflash.block_size", (uint32_t)dp->block);
+    int32_t tl[5];
+    /* the preset's layers, spread over a target made with --layers N */
+    for (int i = 0; i < dp->n_target_layers; i++) tl[i] = (int32_t)((int64_t)dp->target_layers[i] * p->n_layer / preset_layers);
+    gguf_writer_add_arr(w, "dflash.target_layers", GGUF_TYPE_INT32, tl, (uint64_t)dp->n_target_layers);
+    /* Meta's mask token is 201818 in the full vocabulary; else the last (control) token */
+    gguf_writer_add_u32(w, "tokenizer.ggml.mask_token_id", p->vocab == 202048 ? 201818u : (uint32_t)(p->vocab - 1));
+
+    const int64_t E = p->n_embd, Q = (int64_t)dp->n_head * dp->head_dim, KV = (int64_t)dp->n_head_kv * dp->head_dim;
+    const int64_t W = (int64_t)dp->n_target_layers * E;
+    int n_plan = 3 + 11 * n_layer, k = 0;
+    tensor_plan *plan = calloc((size_t)n_plan, sizeof *plan);
+#define PLAN(nm, d, c, r, ini, sc) plan_tensor(&plan[k++], nm, d, c, r, ini, sc, mix, n_layer)
+    PLAN("fc.weight", 2, W, E, INIT_NORMAL, (float)(1.0 / sqrt((double)W)));
+    PLAN("enc.output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
+    PLAN("output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
+    for (int l = 0; l < n_layer; l++) {
+        char n[64];
+#define L(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        PLAN(L("attn_norm.weight"), 1, E, 1, INIT_NORM_ONE, 0);
+        PLAN(L("attn_q.weight"), 2, E, Q, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("attn_k.weight"), 2, E, KV, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("attn_v.weight"), 2, E, KV, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("attn_output.weight"), 2, Q, E, INIT_NORMAL, (float)(1.0 / sqrt((double)Q)));
+        PLAN(L("attn_q_norm.weight"), 1, dp->head_dim, 1, INIT_NORM_ONE, 0);
+        PLAN(L("attn_k_norm.weight"), 1, dp->head_dim, 1, INIT_NORM_ONE, 0);
+        PLAN(L("ffn_norm.weight"), 1, E, 1, INIT_NORM_ONE, 0);
+        PLAN(L("ffn_gate.weight"), 2, E, dp->n_ff, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("ffn_up.weight"), 2, E, dp->n_ff, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
+        PLAN(L("ffn_down.weight"), 2, dp->n_ff, E, INIT_NORMAL, (float)(1.0 / sqrt((double)dp->n_ff)));
+#undef L
+    }
+#undef PLAN
+    *n_out = n_plan;
+    return plan;
+}
+
 static void usage(FILE *out) {
-    fprintf(out, "usage: muser synth --preset nano|micro|30b [options] -o FILE\n"
+    fprintf(out, "usage: muser synth --preset nano|micro|30b [--draft] [options] -o FILE\n"
                  "Writes a synthetic Muse Glimmer model: random, well-scaled weights; a valid BPE vocabulary,\n"
                  "or the tokenizer of VOCAB.gguf.\n\n"
                  "  %-28s the shape (required): nano (8 layers, n_embd 256), micro (4, 512),\n"
@@ -244,14 +389,18 @@ static void usage(FILE *out) {
                  "  %-28s nano 1024, micro 2048, 30b 131072)\n"
                  "  %-28s the weights' random stream (default: 1)\n"
                  "  %-28s take the tokenizer (and vocabulary size) of this GGUF\n"
-                 "  %-28s threads (default: the %d cores online)\n",
+                 "  %-28s threads (default: the %d cores online)\n"
+                 "  %-28s write a DFlash drafter for the preset instead (30b: the geometry of Meta's\n"
+                 "  %-28s Muse-Glimmer-30B-assistant; nano, micro: small ones for those models);\n"
+                 "  %-28s --layers then gives the target's layer count, over which its reads spread\n",
             "--preset NAME", "", "-o, --output FILE", "--mix MIX", "", "--layers N", "--ctx N", "", "--seed S",
-            "--vocab VOCAB.gguf", "-t, --threads N", mu_cpu_count());
+            "--vocab VOCAB.gguf", "-t, --threads N", mu_cpu_count(), "--draft", "", "");
 }
 
 int cmd_synth(int argc, char **argv) {
     const char *preset_name = NULL, *mix_name = "f32", *out_path = NULL, *vocab_path = NULL;
     int layers = 0, threads = 0, ctx = 0;
+    bool draft = false;
     uint64_t seed = 1;
     mu_args a = {argc, 1, argv, "synth"};
     for (; a.i < argc; a.i++) {
@@ -274,6 +423,8 @@ int cmd_synth(int argc, char **argv) {
             if (!mu_arg_u64(&a, &seed)) return 2;
         } else if (mu_arg_is(&a, "-t", "--threads")) {
             if (!mu_arg_threads(&a, &threads)) return 2;
+        } else if (mu_arg_is(&a, NULL, "--draft")) {
+            draft = true;
         } else {
             mu_arg_unknown(&a);
             return 2;
@@ -295,7 +446,7 @@ int cmd_synth(int argc, char **argv) {
         return 2;
     }
     preset p = *pr;
-    if (layers) p.n_layer = layers;
+    if (layers) p.n_layer = layers; /* with --draft: the target's, whose layers the drafter reads */
     if (ctx) p.ctx = ctx;
     const bool big = !strcmp(p.name, "30b");
 
@@ -322,30 +473,13 @@ int cmd_synth(int argc, char **argv) {
     }
 
     gguf_writer *w = gguf_writer_new();
-    char name[96];
-    snprintf(name, sizeof name, "Muse-Glimmer-synth-%s-%s", p.name, mu_mix_name((mu_mix)mix));
-    gguf_writer_add_str(w, "general.architecture", "muse-glimmer");
-    gguf_writer_add_str(w, "general.name", name);
-    gguf_writer_add_u32(w, "general.file_type", mu_mix_file_type((mu_mix)mix));
-    gguf_writer_add_u32(w, "general.quantization_version", 2);
-    gguf_writer_add_u32(w, "muse-glimmer.block_count", (uint32_t)p.n_layer);
-    gguf_writer_add_u32(w, "muse-glimmer.context_length", (uint32_t)p.ctx);
-    gguf_writer_add_u32(w, "muse-glimmer.embedding_length", (uint32_t)p.n_embd);
-    gguf_writer_add_u32(w, "muse-glimmer.feed_forward_length", (uint32_t)p.n_ff);
-    gguf_writer_add_u32(w, "muse-glimmer.attention.head_count", (uint32_t)p.n_head);
-    gguf_writer_add_u32(w, "muse-glimmer.attention.head_count_kv", (uint32_t)p.n_head_kv);
-    gguf_writer_add_u32(w, "muse-glimmer.attention.key_length", (uint32_t)p.head_dim);
-    gguf_writer_add_u32(w, "muse-glimmer.attention.value_length", (uint32_t)p.head_dim);
-    gguf_writer_add_f32(w, "muse-glimmer.attention.layer_norm_rms_epsilon", 1e-5f);
-    gguf_writer_add_u32(w, "muse-glimmer.attention.sliding_window", (uint32_t)p.window);
-    bool *pattern = malloc((size_t)p.n_layer);
-    for (int l = 0; l < p.n_layer; l++) pattern[l] = l % 4 != 3;
-    gguf_writer_add_arr(w, "muse-glimmer.attention.sliding_window_pattern", GGUF_TYPE_BOOL, pattern, (uint64_t)p.n_layer);
-    free(pattern);
-    gguf_writer_add_f32(w, "muse-glimmer.rope.freq_base", 500000.0f);
-    gguf_writer_add_f32(w, "muse-glimmer.logit_scale", (float)LOGIT_SCALE);
-    gguf_writer_add_f32(w, "muse-glimmer.final_logit_softcapping", 20.0f);
-    gguf_writer_add_u32(w, "muse-glimmer.vocab_size", (uint32_t)p.vocab);
+    int n_plan = 0;
+    tensor_plan *plan = NULL;
+    const draft_preset *dp = NULL;
+    for (size_t i = 0; draft && i < sizeof draft_presets / sizeof draft_presets[0]; i++)
+        if (!strcmp(draft_presets[i].name, pr->name)) dp = &draft_presets[i];
+    if (draft) plan = plan_drafter(w, &p, pr->n_layer, dp, mix, &n_plan);
+    else plan = plan_model(w, &p, mix, &n_plan);
     if (vf) {
         for (uint64_t i = 0; i < vf->n_kv; i++)
             if (vf->kv[i].key.len > 10 && !memcmp(vf->kv[i].key.ptr, "tokenizer.", 10)) gguf_writer_copy_kv(w, &vf->kv[i]);
@@ -353,40 +487,9 @@ int cmd_synth(int argc, char **argv) {
         add_vocab_kvs(w, &voc);
     }
 
-    /* The tensor plan, in llama.cpp's order. */
-    const int64_t E = p.n_embd, Q = (int64_t)p.n_head * p.head_dim, KV = (int64_t)p.n_head_kv * p.head_dim;
-    int n_plan = 3 + 14 * p.n_layer, k = 0;
-    tensor_plan *plan = calloc((size_t)n_plan, sizeof *plan);
-#define PLAN(nm, d, c, r, ini, sc)                                                                        \
-    do {                                                                                                   \
-        tensor_plan *t_ = &plan[k++];                                                                      \
-        snprintf(t_->name, sizeof t_->name, "%s", nm);                                                     \
-        t_->n_dims = d, t_->ne[0] = c, t_->ne[1] = r, t_->init = ini, t_->scale = sc;                      \
-        t_->type = mu_tool_mix_type("synth", mix, t_->name, t_->name, d, c, p.n_layer);                    \
-    } while (0)
-    PLAN("token_embd.weight", 2, E, p.vocab, INIT_NORMAL, 0.02f);
-    PLAN("output_norm.weight", 1, E, 1, INIT_NORM_ONE, 0);
-    PLAN("output.weight", 2, E, p.vocab, INIT_NORMAL, (float)(4.0 / (LOGIT_SCALE * sqrt((double)E))));
-    for (int l = 0; l < p.n_layer; l++) {
-        char n[64];
-#define L(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
-        PLAN(L("attn_norm.weight"), 1, E, 1, INIT_NORM_ONE, 0);
-        PLAN(L("attn_q.weight"), 2, E, Q, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
-        PLAN(L("attn_k.weight"), 2, E, KV, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
-        PLAN(L("attn_v.weight"), 2, E, KV, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
-        PLAN(L("attn_q_norm.weight"), 1, p.head_dim, 1, INIT_CONST, QK_SCALE);
-        PLAN(L("attn_k_norm.weight"), 1, p.head_dim, 1, INIT_CONST, 1.0f);
-        PLAN(L("attn_gate.weight"), 2, E, Q, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
-        PLAN(L("attn_output.weight"), 2, Q, E, INIT_NORMAL, (float)(1.0 / sqrt((double)Q)));
-        PLAN(L("post_attention_norm.weight"), 1, E, 1, INIT_NORM_POST, 0);
-        PLAN(L("ffn_norm.weight"), 1, E, 1, INIT_NORM_ONE, 0);
-        PLAN(L("ffn_gate.weight"), 2, E, p.n_ff, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
-        PLAN(L("ffn_up.weight"), 2, E, p.n_ff, INIT_NORMAL, (float)(1.0 / sqrt((double)E)));
-        PLAN(L("ffn_down.weight"), 2, p.n_ff, E, INIT_NORMAL, (float)(1.0 / sqrt((double)p.n_ff)));
-        PLAN(L("post_ffw_norm.weight"), 1, E, 1, INIT_NORM_POST, 0);
-#undef L
-    }
-#undef PLAN
+    const int64_t E = p.n_embd, Q = draft ? (int64_t)dp->n_head * dp->head_dim : (int64_t)p.n_head * p.head_dim;
+    const int64_t F = draft ? dp->n_ff : p.n_ff;
+    const int n_layer_written = draft ? dp->n_layer : p.n_layer;
     for (int i = 0; i < n_plan; i++) gguf_writer_add_tensor(w, plan[i].name, plan[i].type, plan[i].n_dims, plan[i].ne);
 
     int rc = 1;
@@ -402,9 +505,10 @@ int cmd_synth(int argc, char **argv) {
     const uint64_t total = gguf_writer_total_bytes(w);
     const uint64_t chunk_bytes = 64ull << 20;
     buf = malloc(chunk_bytes + (1 << 20));
-    /* a row of any tensor: the widest of n_embd, n_head * head_dim (Wo) and n_ff */
+    /* a row of any tensor: the widest of them (n_embd, Wo's input, n_ff, a drafter's fc) */
     int64_t widest = E > Q ? E : Q;
-    if (p.n_ff > widest) widest = p.n_ff;
+    if (F > widest) widest = F;
+    for (int i = 0; i < n_plan; i++) widest = plan[i].ne[0] > widest ? plan[i].ne[0] : widest;
     scratch = malloc(sizeof(float) * (size_t)mu_pool_size(pool) * (size_t)widest);
     const double t0 = mu_now_seconds();
     uint64_t done = 0;
@@ -440,7 +544,7 @@ int cmd_synth(int argc, char **argv) {
         free(types);
     }
     fprintf(stderr, "synth: wrote %s (%.3f GB, %d layer%s, mix %s; tensors: %s) in %.1f s\n", out_path, total / 1e9,
-            p.n_layer, mu_plural_s(p.n_layer), mu_mix_name((mu_mix)mix), summary, mu_now_seconds() - t0);
+            n_layer_written, mu_plural_s(n_layer_written), mu_mix_name((mu_mix)mix), summary, mu_now_seconds() - t0);
     rc = 0;
     goto out;
 fail:

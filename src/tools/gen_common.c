@@ -65,6 +65,8 @@ bool mu_gen_option(mu_args *a, mu_gen_opts *o) {
     if (mu_arg_is(a, NULL, "--frequency-penalty"))
         return (o->samp_set[F_FREQ] = mu_arg_float(a, -100, 100, &f->frequency_penalty));
     if (mu_arg_is(a, "-s", "--seed")) return (o->samp_set[F_SEED] = mu_arg_u64(a, &f->seed));
+    if (mu_arg_is(a, "-md", "--draft")) return mu_arg_str(a, &o->draft_path);
+    if (mu_arg_is(a, NULL, "--draft-max")) return mu_arg_int(a, 1, 255, &o->draft_max);
     return mu_tool_session_option(a, &o->sp);
 }
 
@@ -141,4 +143,37 @@ void mu_gen_print_stats(const mu_gen_stats *st, FILE *out) {
             "\nprompt: %d token%s, %.2f tok/s | decode: %d token%s, %.2f tok/s, %.2f ms/token, %.2f GB/s | seed %llu\n",
             st->prompt_tokens, mu_plural_s(st->prompt_tokens), pp, st->gen_tokens, mu_plural_s(st->gen_tokens), tg,
             st->gen_tokens ? 1e3 * st->gen_s / st->gen_tokens : 0.0, gbs, (unsigned long long)st->seed);
+}
+
+void mu_gen_draft_help(FILE *out) {
+    fprintf(out,
+            "speculative decoding (the output stays the model's own: token for token at --temp 0):\n"
+            "  %-28s a DFlash drafter GGUF for the model (llama.cpp's draft-dflash; -md is its alias)\n"
+            "  %-28s tokens drafted per step (default: the drafter's block size - 1)\n",
+            "--draft, -md FILE", "--draft-max N");
+}
+
+int mu_gen_attach_drafter(const char *cmd, const mu_gen_opts *o, const muser_model *model, muser_session *s,
+                          muser_drafter **d) {
+    *d = NULL;
+    if (!o->draft_path) return 0;
+    int rc = muser_drafter_load(o->draft_path, model, d);
+    if (!rc) rc = muser_session_set_drafter(s, *d, o->draft_max);
+    if (rc) {
+        fprintf(stderr, "muser %s: %s\n", cmd, muser_last_error());
+        muser_drafter_free(*d);
+        *d = NULL;
+    }
+    return rc;
+}
+
+void mu_gen_print_spec_stats(const muser_session *s, FILE *out) {
+    muser_spec_stats st;
+    muser_session_spec_stats(s, &st);
+    if (!st.steps) return;
+    fprintf(out, "draft: %llu step%s, %llu drafted, %llu accepted (%.1f%%), mean accepted length %.2f | draft %.2f s, "
+                 "verify %.2f s\n",
+            (unsigned long long)st.steps, mu_plural_s((int)st.steps), (unsigned long long)st.drafted,
+            (unsigned long long)st.accepted, st.drafted ? 100.0 * (double)st.accepted / (double)st.drafted : 0.0,
+            (double)(st.accepted + st.steps) / (double)st.steps, st.draft_seconds, st.verify_seconds);
 }

@@ -16,12 +16,15 @@ typedef struct mu_gen_opts {
     muser_sampler_params flags;    /* values of the given flags          */
     bool seed_random;              /* no --seed: samp.seed is random     */
     bool verbose;                  /* --verbose: the backend's device line */
+    const char *draft_path;        /* --draft / -md: a DFlash drafter, or NULL */
+    int draft_max;                 /* --draft-max: 0, the drafter's block - 1 */
 } mu_gen_opts;
 
 void mu_gen_opts_init(mu_gen_opts *o);
 /* Handles -m and the sampling flags (--temp, --top-k, --top-p, --min-p,
  * --repeat-penalty, --repeat-last-n, --presence-penalty,
- * --frequency-penalty, --seed) and the session options. Returns true if
+ * --frequency-penalty, --seed), the drafter's (--draft, --draft-max) and
+ * the session options. Returns true if
  * handled; false with a message on a bad value or unknown option. */
 bool mu_gen_option(mu_args *a, mu_gen_opts *o);
 /* With --verbose, the session's backend line on stderr (the device, its
@@ -36,6 +39,16 @@ int mu_gen_load(mu_gen_opts *o, muser_model **model);
  * seed_default: what happens without --seed. */
 void mu_gen_help_model(FILE *out);
 void mu_gen_help(FILE *out, const char *backends, const char *seed_default);
+
+/* Speculative decoding (mu_gen_option takes --draft/-md FILE and
+ * --draft-max N): the help lines; loading the drafter for model and attaching it
+ * to the (empty) session s (nothing without --draft; *d NULL then); the
+ * closing line: drafted, accepted, the mean accepted length, draft and
+ * verify time. */
+void mu_gen_draft_help(FILE *out);
+int mu_gen_attach_drafter(const char *cmd, const mu_gen_opts *o, const muser_model *model, muser_session *s,
+                          muser_drafter **d);
+void mu_gen_print_spec_stats(const muser_session *s, FILE *out);
 
 /* Ctrl-C sets a flag instead of ending the process, so a generation can
  * stop cleanly. once: the handler then reverts, so a second Ctrl-C ends the

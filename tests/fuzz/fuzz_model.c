@@ -14,9 +14,14 @@
  * token on the CPU backend (lane, KV type and instruction set picked by the
  * input's size) and one token on the float64 reference.
  *
+ * A DFlash drafter (general.architecture = dflash) is loaded instead as
+ * the drafter of a tiny target built at start-up (the fuzz_drafter_target
+ * geometry below); one that loads is attached to a session of that target,
+ * which prefills a few tokens and takes speculative steps.
+ *
  * The structure-aware mutator (gguf_mutator.c) keeps most inputs valid
  * containers. Seeds: tests/fuzz/corpus/model (tiny models of each
- * architecture and tokenizer type; docs/fuzzing.md). */
+ * architecture and tokenizer type, and drafters; docs/fuzzing.md). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +29,9 @@
 #include "cpu/kernels.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "model/dflash.h"
 #include "text/utf8.h"
+#include "tinymodel.h"
 #include "util/error.h"
 
 /* Compute is skipped for files that would take long per input. */
@@ -42,6 +49,8 @@ static const char TEXT[] = "the theater <|eot|> <|start|>assistant<|message|>\n\
                            " <unk> <|eot_id|> 12345 \xff\xc3 ";
 
 static char *prompt; /* the Muse Glimmer prompt of CONVERSATION */
+static uint8_t *draft_target_image; /* the drafters' target: its GGUF image and model */
+static muser_model *draft_target;
 static const mu_cpu_kernels *isas[8]; /* the kernel tables this CPU runs */
 static int n_isas;
 
@@ -52,8 +61,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     muser_chat_options o = {.add_generation_prompt = true, .current_date = "2026-01-01"};
     if (muser_chat_render(CONVERSATION, TOOLS, &o, &prompt) != 0) abort();
     n_isas = mu_cpu_kernels_all(isas, 8);
+    /* the target of the drafter inputs (make_model_seeds writes drafters for it) */
+    tm_opts o2 = tm_defaults();
+    o2.n_embd = 16, o2.n_head = 2, o2.n_head_kv = 1, o2.head_dim = 8, o2.n_ff = 16, o2.n_layer = 3;
+    o2.window = 4, o2.ctx = 32, o2.vocab = 24;
+    size_t n = 0;
+    draft_target_image = tm_build(&o2, &n);
+    gguf_file *f = NULL;
+    if (!draft_target_image || gguf_open_memory(draft_target_image, n, "target", &f) ||
+        mu_model_from_gguf(f, false, &draft_target))
+        abort();
     return 0;
 }
+
 
 /* A failure must carry a status and a message. */
 static void expect_failure_explained(int rc) {
@@ -186,8 +206,65 @@ static void run_tokens(const muser_model *m, muser_backend backend, size_t pick,
     muser_session_free(s);
 }
 
+/* A drafter input: loads against the tiny target or says why not; one that
+ * loads drafts and verifies a few steps beside it. */
+static void exercise_drafter(gguf_file *f) {
+    mu_drafter *d = NULL;
+    mu_clear_error();
+    int rc = mu_drafter_from_gguf(f, draft_target, &d);
+    if (rc) {
+        expect_failure_explained(rc);
+        return;
+    }
+    if (d->m.hp.n_vocab < 1 || d->block_size < 2 || d->n_target_layers < 1) abort();
+    if (mu_model_weight_bytes_per_token(&d->m) <= MAX_CPU_BYTES_PER_TOKEN) {
+        muser_session_params sp = muser_session_default_params();
+        sp.backend = MUSER_BACKEND_CPU;
+        sp.n_threads = 1;
+        sp.n_ctx = 24;
+        sp.n_batch = 8;
+        muser_session *s = NULL;
+        rc = muser_session_new(draft_target, &sp, &s);
+        if (!rc) rc = muser_session_set_drafter(s, d, 0);
+        const muser_token prompt_ids[5] = {1, 7, 3, 9, 4};
+        if (!rc) rc = muser_session_feed(s, prompt_ids, 5, false);
+        muser_token last = 2, out[8];
+        for (int step = 0; step < 3 && !rc; step++) {
+            int got = 0;
+            rc = muser_session_spec_step(s, last, NULL, 8, out, &got);
+            if (rc) break;
+            if (got < 1 || got > 8) abort();
+            for (int i = 0; i < got; i++)
+                if (out[i] < 0 || out[i] >= 24) abort();
+            last = out[got - 1];
+        }
+        if (rc) expect_failure_explained(rc);
+        muser_session_free(s);
+    }
+    mu_drafter_free(d);
+}
+
+/* True (and the drafter exercised) when the input is a DFlash drafter. */
+static bool drafter_input(const uint8_t *data, size_t size) {
+    uint8_t *copy = NULL;
+    if (posix_memalign((void **)&copy, 64, size ? size : 1) != 0) return false;
+    memcpy(copy, data, size);
+    gguf_file *f = NULL;
+    gguf_str arch;
+    if (gguf_open_memory(copy, size, "fuzz-drafter", &f) != 0 || gguf_get_str(f, "general.architecture", &arch) != 1 ||
+        !gguf_str_eq(arch, "dflash")) {
+        gguf_close(f);
+        free(copy);
+        return false;
+    }
+    exercise_drafter(f); /* the drafter owns f from here */
+    free(copy);
+    return true;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *vocab_copy, *model_copy;
+    if (drafter_input(data, size)) return 0;
     muser_model *vocab_only = load(data, size, true, &vocab_copy);
     muser_model *model = load(data, size, false, &model_copy);
     if (model && muser_vocab_size(model) && !vocab_only) abort(); /* a full load's tokenizer loads alone */

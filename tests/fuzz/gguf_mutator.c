@@ -34,6 +34,7 @@ static const char *const words[] = {
     "<|tool_response>", "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|eot|>", "<|eom|>",
     "<|fim_pad|>", "<|fim_repo|>", "<|file_sep|>", "<PAD>", "<0x0A>", "<0xff>", "<0xZZ>", "\xe2\x96\x81",
     "\xe2\x96\x81the", "\xc4\xa0", "\xc4\xa0t", "t h", "\xc4\xa0 t", "a b c", " ", "\xff\xfe", "\xc3",
+    "dflash", "eagle3",
 };
 
 static const char *const arch_suffixes[] = {
@@ -41,7 +42,7 @@ static const char *const arch_suffixes[] = {
     "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
     "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "attention.layer_norm_rms_epsilon",
     "attention.sliding_window", "final_logit_softcapping", "logit_scale", "rope.freq_base_swa",
-    "attention.sliding_window_pattern", "vocab_size",
+    "attention.sliding_window_pattern", "vocab_size", "target_layers", "block_size", "hyper_connection.count",
 };
 
 static const char *const global_keys[] = {
@@ -51,7 +52,7 @@ static const char *const global_keys[] = {
     "tokenizer.ggml.eom_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.seperator_token_id",
     "tokenizer.ggml.padding_token_id", "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
     "tokenizer.ggml.fim_sep_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
-    "tokenizer.ggml.add_space_prefix", "tokenizer.chat_template",
+    "tokenizer.ggml.add_space_prefix", "tokenizer.chat_template", "tokenizer.ggml.mask_token_id",
 };
 
 static const char *const tensor_names[] = {
@@ -59,6 +60,7 @@ static const char *const tensor_names[] = {
     "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_gate.weight",
     "attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight", "ffn_norm.weight",
     "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight", "attn_q.bias",
+    "fc.weight", "fc.scale", "enc.output_norm.weight", "d2t", "markov_w1.weight",
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -10,6 +10,8 @@
 
 #include "engine/engine.h"
 #include "quant/quant.h"
+#include "model/dflash.h"
+#include "tinydraft.h"
 #include "tinymodel.h"
 
 typedef struct seed {
@@ -61,6 +63,49 @@ static int check_loads(const char *name, const uint8_t *buf, size_t n) {
     return rc != 0;
 }
 
+/* Drafters for fuzz_model's tiny target (n_embd 16, 3 layers, vocabulary
+ * 24): plain, with a reduced vocabulary and its own head, without a window.
+ * Each must load against that target. */
+static int write_drafters(const char *dir) {
+    tm_opts to = tm_defaults();
+    to.n_embd = 16, to.n_head = 2, to.n_head_kv = 1, to.head_dim = 8, to.n_ff = 16, to.n_layer = 3;
+    to.window = 4, to.ctx = 32, to.vocab = 24;
+    size_t tn = 0;
+    uint8_t *timg = tm_build(&to, &tn);
+    gguf_file *tf = NULL;
+    muser_model *target = NULL;
+    if (!timg || gguf_open_memory(timg, tn, "target", &tf) || mu_model_from_gguf(tf, false, &target)) {
+        fprintf(stderr, "make_model_seeds: the drafters' target does not load: %s\n", muser_last_error());
+        free(timg);
+        return 1;
+    }
+    int bad = 0;
+    for (int v = 0; v < 3; v++) {
+        td_opts o = td_defaults();
+        o.n_embd = 16, o.n_head = 2, o.n_head_kv = 1, o.head_dim = 8, o.n_ff = 16, o.ctx = 32, o.vocab = 24;
+        o.target_layers[0] = 0, o.target_layers[1] = 1, o.target_layers[2] = 2;
+        o.block_size = 4, o.mask_token = 23, o.seed = 2000 + (uint64_t)v;
+        if (v == 1) o.own_head = true, o.d2t_rows = 10;
+        if (v == 2) o.window = 0, o.n_target_layers = 2;
+        static const char *const names[] = {"dflash-f32", "dflash-d2t", "dflash-nowindow"};
+        size_t n = 0;
+        uint8_t *buf = td_build(&o, &n);
+        gguf_file *f = NULL;
+        mu_drafter *d = NULL;
+        if (!buf || gguf_open_memory(buf, n, names[v], &f) || mu_drafter_from_gguf(f, target, &d)) {
+            fprintf(stderr, "make_model_seeds: %s does not load: %s\n", names[v], muser_last_error());
+            bad = 1;
+        } else {
+            bad |= write_file(dir, names[v], buf, n);
+        }
+        mu_drafter_free(d);
+        free(buf);
+    }
+    muser_model_free(target);
+    free(timg);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_model_seeds DIR\n");
@@ -86,5 +131,6 @@ int main(int argc, char **argv) {
         if (i == 0) bad |= write_file(argv[1], "glimmer-bpe-f32-truncated", buf, n / 2);
         free(buf);
     }
+    bad |= write_drafters(argv[1]);
     return bad;
 }

@@ -1,0 +1,4 @@
+# DFlash drafters and speculative decoding (issue 36).
+muser_c_test(dflash LABELS unit SOURCES tests/tinymodel.c tests/tinydraft.c)
+muser_c_test(spec LABELS unit SOURCES tests/tinymodel.c tests/tinydraft.c)
+muser_sh_test(dflash LABELS cli)
