@@ -6,6 +6,9 @@ if(MUSER_HAVE_CUDA)
   target_link_libraries(bench_cuda PRIVATE muser_core)
   target_include_directories(bench_cuda PRIVATE dev/cuda)
   muser_cuda_target(bench_cuda)
+  # the streaming-chain probes use Hopper's bulk copies and clusters
+  # unguarded: the lab is built for sm_90 alone, whatever the product's list
+  set_target_properties(bench_cuda PROPERTIES CUDA_ARCHITECTURES "90-real")
   # the probe's multicast bulk copies (sm_90 runs them; ptxas advises sm_90a
   # for the sake of future GPUs)
   set_source_files_properties(dev/cuda/lab_chain.cu PROPERTIES COMPILE_OPTIONS

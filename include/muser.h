@@ -92,6 +92,9 @@ typedef struct muser_session_params {
     muser_lane lane;
     muser_kv_type kv_type;
     int gpus;              /* CUDA: number of GPUs (0 or 1: one)             */
+    uint64_t gpu_mem;      /* CUDA: bytes Muser may allocate on each GPU, for
+                              all its sessions together (0: what the GPU
+                              has free)                                     */
 } muser_session_params;
 
 muser_session_params muser_session_default_params(void);
@@ -104,6 +107,10 @@ void muser_session_free(muser_session *s);
 muser_backend muser_session_backend(const muser_session *s);
 /* Which lane the session computes in (AUTO resolved). */
 muser_lane muser_session_lane(const muser_session *s);
+/* One line about the backend's device (CUDA: the GPU, its route set:
+ * Hopper's or the portable paths, the GPU memory the session holds, the
+ * settings), or NULL for backends that say nothing more. */
+const char *muser_session_describe(const muser_session *s);
 
 /* Feed n tokens at the current position. With all_logits, logits for every
  * fed position are kept (muser_session_logits_at); otherwise only the last.

@@ -40,6 +40,7 @@
 #include "quant/quant.h"
 
 static int g_cap; /* the matvec grid's cap in the kernel tests (0: every SM) */
+static bool g_clusters; /* the route set has clusters (else the portable paths: never a cluster launch) */
 
 /* the routes of the kernel tests' matvec launches, on the current grid cap */
 static void routes(int flat, int cut) { mu_cuda_test_routes(g_cap, flat, cut, 1); }
@@ -674,6 +675,9 @@ static void check_pair_staging(muser_model *m, const int *tokens, int n, int V, 
         const double dmax = max_abs_diff(alone, paired, (size_t)n * V);
         CHECKF(launches > 0 || eligible == 0, "%s: none of %lld quantizing launches ran with paired staging", name,
                eligible);
+        CHECKF(g_clusters || (launches == 0 && eligible == 0),
+               "%s: %lld of %lld launches paired without clusters (the route must fail closed)", name, launches,
+               eligible);
         CHECKF(dmax == 0.0, "%s: paired staging differs from each block quantizing all by %.3g", name, dmax);
         printf("  %-28s decode staging paired (%lld of %lld launches) == each block quantizing all (max |d| %.3g)\n",
                name, launches, eligible, dmax);
@@ -761,6 +765,10 @@ static void test_fixture(const char *rel, bool local) {
                     CHECKF(t.attn_cluster == atoi(clusters[ci][1]) && t.attn_one_block == atoi(clusters[ci][0]),
                            "cluster route: the session's tuning is %d / %d, not %s", t.attn_one_block, t.attn_cluster,
                            tune);
+                    /* without clusters the setting stays asked but the route is off (the split route runs) */
+                    const int rows = mu_cuda_attn_cluster_rows(mu_session_backend_of(s));
+                    CHECKF(g_clusters ? rows == atoi(clusters[ci][1]) : rows == 0,
+                           "cluster route: %d rows in clusters with%s clusters", rows, g_clusters ? "" : "out");
                     muser_session_free(s);
                 }
             }
@@ -805,6 +813,23 @@ int main(void) {
         snprintf(why, sizeof why, "no usable GPU: %s", muser_last_error());
         tl_skip(why);
     }
+    /* the route set: Hopper's features where the GPU has them, the
+     * portable paths elsewhere or under MUSER_CUDA_PORTABLE=1 (ctest runs
+     * this suite both ways: cuda and cuda_portable) */
+    mu_cuda_features feat;
+    CHECKF(mu_cuda_features_detect(0, &feat) == 0, "features: %s", muser_last_error());
+    char feat_line[160];
+    mu_cuda_features_format(&feat, feat_line, sizeof feat_line);
+    printf("route set: %s\n", feat_line);
+    if (feat.forced_portable) CHECKF(!feat.clusters && !feat.pdl, "portable paths forced, yet %s", feat_line);
+#ifdef MUSER_TEST_BUILT_SM90
+    /* a build with sm_90 code on a Hopper GPU must take Hopper's paths (a
+     * wrong reading of the loaded code's target would quietly lose them) */
+    if (feat.cc / 10 == 9 && !feat.forced_portable)
+        CHECKF(feat.clusters && feat.pdl && feat.code_arch == 90, "sm_90 code on a Hopper GPU, yet %s", feat_line);
+#endif
+    g_clusters = feat.clusters;
+    mu_cuda_test_clusters(feat.clusters);
     printf("kernels against CPU references:\n");
     for (int variant = 0; variant < 2; variant++) {
         /* the matvec family with a grid as large as the rows need, then with

@@ -10,7 +10,12 @@
 #   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
 #
 #   [PP=512] [WIDTHS=1,2,4] [TUNES='a=1 b=0'] [PP_TUNES=...] [NO_TP=1] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab]
-#       [parallel] [pp] [ROUNDS]
+#       [parallel] [pp] [memcap] [ROUNDS]
+# tests: test_cuda and test_cuda_batch twice, on the GPU's own paths and
+# with MUSER_CUDA_PORTABLE=1 (the paths of GPUs below Hopper); memcap: the
+# 30B under --gpu-mem caps (24G at -c 32768, 20G at -c 8192, and 16G, which
+# must fail with the plan's message). The build may be for sm_90 alone
+# (-DMUSER_CUDA_ARCHS=90-real: docs/cuda.md).
 # Logs go to $OUT (or /tmp/cuda-run).
 set -u
 D=.devtree
@@ -32,6 +37,15 @@ with() { local v=$1; shift; LD_LIBRARY_PATH=$PWD/$D/$v:$LD_LIBRARY_PATH "$@"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 N=tests/data/fixtures/nano
 M=/dev/shm/m.gguf
+# the 30B file: waits for a background synth, or writes it now
+need_30b() {
+    while pgrep -f "synth --preset 30b" >/dev/null; do sleep 2; done
+    if [ ! -s $M ]; then
+        stamp "synth 30b meta-17gb"
+        with new $D/new/muser synth --preset 30b --mix meta-17gb -o $M >/dev/null 2>&1
+        ls -la $M
+    fi
+}
 
 case " $MODES " in *" synth-bg "*)
     # the 30B file for a later call's `ab`, written in the background (the
@@ -42,21 +56,46 @@ case " $MODES " in *" synth-bg "*)
 esac
 
 case " $MODES " in *" tests "*)
-    stamp "test_cuda"
-    with new env MUSER_TEST_DATA=$PWD/tests/data MUSER_DATA_DIR=$PWD/$D/shared timeout 400 $D/new/test_cuda \
-        >"$OUT/test_cuda.log" 2>&1
-    echo "test_cuda rc=$?"
-    grep -E "CHECK failed|SKIPPED|passed|failed" "$OUT/test_cuda.log" | head -30
+    for portable in 0 1; do
+        stamp "test_cuda MUSER_CUDA_PORTABLE=$portable"
+        with new env MUSER_CUDA_PORTABLE=$portable MUSER_TEST_DATA=$PWD/tests/data MUSER_DATA_DIR=$PWD/$D/shared \
+            timeout 400 $D/new/test_cuda >"$OUT/test_cuda_p$portable.log" 2>&1
+        echo "test_cuda portable=$portable rc=$?"
+        grep -E "route set|CHECK failed|SKIPPED|passed|failed" "$OUT/test_cuda_p$portable.log" | head -30
+    done
     if [ -z "${NO_TP:-}" ]; then
         stamp "test_cuda_tp 1"
         with new env MUSER_TEST_DATA=$PWD/tests/data timeout 200 $D/new/test_cuda_tp 1 >"$OUT/test_tp.log" 2>&1
         echo "test_cuda_tp 1 rc=$?"
         grep -E "CHECK failed|passed|failed" "$OUT/test_tp.log" | head -10
     fi
-    stamp "test_cuda_batch"
-    with new env MUSER_TEST_DATA=$PWD/tests/data timeout 300 $D/new/test_cuda_batch >"$OUT/test_batch.log" 2>&1
-    echo "test_cuda_batch rc=$?"
-    grep -E "CHECK failed|passed|failed" "$OUT/test_batch.log" | head -10
+    for portable in 0 1; do
+        stamp "test_cuda_batch MUSER_CUDA_PORTABLE=$portable"
+        with new env MUSER_CUDA_PORTABLE=$portable MUSER_TEST_DATA=$PWD/tests/data timeout 300 $D/new/test_cuda_batch \
+            >"$OUT/test_batch_p$portable.log" 2>&1
+        echo "test_cuda_batch portable=$portable rc=$?"
+        grep -E "CHECK failed|passed|failed" "$OUT/test_batch_p$portable.log" | head -10
+    done
+    ;;
+esac
+
+case " $MODES " in *" memcap "*)
+    # the GPU memory plan under --gpu-mem: the 30B fits 24G at -c 32768 and
+    # 20G at -c 8192 (each also on the portable paths); 16G fails at once
+    need_30b
+    for spec in "24G 32768 0" "20G 8192 0" "24G 32768 1" "16G 32768 0"; do
+        set -- $spec
+        stamp "run --gpu-mem $1 -c $2 MUSER_CUDA_PORTABLE=$3"
+        f="$OUT/memcap_$1_$2_p$3"
+        with new env MUSER_CUDA_PORTABLE=$3 timeout 300 $D/new/muser run -m $M --backend cuda --gpu-mem $1 -c $2 \
+            -p "The cat sat" -n 16 --temp 0 >"$f.out" 2>"$f.err"
+        echo "rc=$? (16G must fail)"
+        grep -E "cuda:|GPU memory|not enough" "$f.err" | cut -c1-400
+    done
+    stamp "bench --gpu-mem 24G, depths to 32000, pp512"
+    with new env MUSER_QUIET=0 timeout 300 $D/new/muser bench -m $M --backend cuda --gpu-mem 24G --lane fast \
+        --depths 0,32000 -n 32 --pp 512 >"$OUT/memcap_bench.md" 2>"$OUT/memcap_bench.err"
+    echo "rc=$?"; grep -E "^\| [0-9]|device|prefill|pp[0-9]" "$OUT/memcap_bench.md" | cut -c1-600
     ;;
 esac
 
@@ -76,12 +115,7 @@ case " $MODES " in *" e2e "*)
 esac
 
 case " $MODES " in *" ab "*)
-    while pgrep -f "synth --preset 30b" >/dev/null; do sleep 2; done
-    if [ ! -s $M ]; then
-        stamp "synth 30b meta-17gb"
-        with new $D/new/muser synth --preset 30b --mix meta-17gb -o $M >/dev/null 2>&1
-        ls -la $M
-    fi
+    need_30b
     for r in $(seq "$ROUNDS"); do
         for v in base new; do
             [ -x $D/$v/muser ] || continue

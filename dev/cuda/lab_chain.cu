@@ -655,6 +655,7 @@ extern "C" int mu_cuda_lab_chain(const mu_cuda_lab_chain_cfg *cfg, mu_cuda_lab_c
         mu_cu_exec x = {};
         x.stream = st;
         x.pdl = g == 0;
+        x.clusters = true; /* (the lab is built for sm_90 alone and run on Hopper) */
         LCK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         for (int s = 0; s < c.segs; s++) {
             const cudaError_t e = launch_pdl_cluster(seg, dim3(sms), dim3(LAB_WARPS * 32), smem, &x, cluster, c, s, sink);

@@ -652,9 +652,13 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
         /* the runs merged in rank 0 (an empty run: max -inf, weight 0);
          * the second sync keeps every block's shared memory until rank 0
          * has read it */
-        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
         part_o[d] = po[0][d] + po[1][d] + po[2][d] + po[3][d];
         if (d == 0) part_ml[0] = nr > 0 ? M : -INFINITY, part_ml[1] = L;
+#if !MU_CU_HOPPER_CODE
+        __trap(); /* no clusters in this code: the host never launches it here (launch_pdl_cluster) */
+        o = 0.f; /* (unreached) */
+#else
+        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
         cl.sync();
         float Mx = -INFINITY, Ls = 0.f, O = 0.f;
         if (c == 0) {
@@ -669,6 +673,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const __grid_constant_
         cl.sync();
         if (c != 0) return;
         o = O * (1.0f / Ls);
+#endif
     }
     if (a.rd.gate) o *= 1.0f / (1.0f + expf(-gv));
     const int64_t off = h * 128 + d;

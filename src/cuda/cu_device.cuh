@@ -17,12 +17,38 @@
 #define MU_WARP 32
 #define MU_FULL 0xffffffffu
 
+/* ---- Hopper-only instructions: where each is compiled --------------------------
+ * Every target from sm_80 compiles these sources (CMakeLists.txt,
+ * MUSER_CUDA_ARCHS). The instructions of sm_90 (griddepcontrol, clusters,
+ * bulk copies) are emitted only where __CUDA_ARCH__ >= 900; below it:
+ * - PDL: nothing. A grid launched without the attribute starts after its
+ *   predecessor has completed, so the wait has nothing to wait for; the
+ *   host never sets the attribute there (cuda_features.c).
+ * - clusters: a trap. The host launches a cluster kernel only where the
+ *   device and the loaded code have clusters (mu_cu_exec.clusters, checked
+ *   again in launch_pdl_cluster): reaching one without them is a route
+ *   error, and routes fail closed.
+ * - the bulk L2 prefetch: nothing (a hint). */
+#if __CUDA_ARCH__ >= 900
+#define MU_CU_HOPPER_CODE 1
+#else
+#define MU_CU_HOPPER_CODE 0
+#endif
+
 /* ---- programmatic dependent launch ------------------------------------------
  * wait: blocks until the grids this one depends on have completed and their
  * writes are visible (a no-op when launched without the attribute).
  * trigger: lets the next grid in the stream start launching now. */
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() {
+#if MU_CU_HOPPER_CODE
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if MU_CU_HOPPER_CODE
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 /* ---- clusters: a block's shared memory written by its peer --------------------
  * Paired staging (MvLaunch.pair, cu_matvec.cu): the two blocks of a cluster each load
@@ -30,6 +56,7 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
  * shared memory. arrive/wait alternate per thread; every thread of both
  * blocks takes part (the forms without .aligned: callers leave loops that
  * diverged). */
+#if MU_CU_HOPPER_CODE
 __device__ __forceinline__ unsigned cluster_rank() {
     unsigned r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -55,6 +82,21 @@ __device__ __forceinline__ void st_cluster(uint32_t a, uint4 v) {
 __device__ __forceinline__ void st_cluster(uint32_t a, float2 v) {
     asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
 }
+#else /* no clusters: a cluster kernel reached here is a route error (the header's note) */
+__device__ __forceinline__ unsigned cluster_rank() {
+    __trap();
+    return 0;
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() { __trap(); }
+__device__ __forceinline__ void cluster_wait() { __trap(); }
+__device__ __forceinline__ void cluster_sync_all() { __trap(); }
+__device__ __forceinline__ uint32_t cluster_peer_addr(const void *, unsigned) {
+    __trap();
+    return 0;
+}
+__device__ __forceinline__ void st_cluster(uint32_t, uint4) { __trap(); }
+__device__ __forceinline__ void st_cluster(uint32_t, float2) { __trap(); }
+#endif
 
 /* An L2 policy that makes the lines a load brings in the first to be
  * evicted: weight bytes are read once per token, and without it the
@@ -102,7 +144,9 @@ __device__ __forceinline__ uint16_t ld_weight2(const void *p) {
 /* Bulk prefetch of [p, p + bytes) into L2 (sm_90): one instruction pulls a
  * whole upcoming row; p and bytes multiples of 16. */
 __device__ __forceinline__ void prefetch_l2_bulk(const void *p, uint32_t bytes) {
+#if MU_CU_HOPPER_CODE
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
 }
 /* The same for a range that need not be 16-byte aligned (rounded outward;
  * every stream is allocated with 256-byte padding). */
@@ -398,7 +442,9 @@ static inline cudaError_t current_device(int *dev) {
 
 /* Launches on x's stream, with the programmatic-serialization attribute
  * when x->pdl (the kernel may start while its predecessor drains);
- * cluster_x > 1: in clusters of that many blocks along x. */
+ * cluster_x > 1: in clusters of that many blocks along x, refused where
+ * x->clusters is off (the device or the loaded code has none, or the
+ * portable paths are forced). */
 template <typename... KArgs, typename... Args>
 static cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                       const mu_cu_exec *x, int cluster_x, Args... args) {
@@ -409,6 +455,7 @@ static cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 
     cfg.stream = x->stream;
     cudaLaunchAttribute attr[2];
     int na = 0;
+    if (cluster_x > 1 && !x->clusters) return cudaErrorNotSupported; /* a route error: fail closed */
     if (x->pdl) {
         attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[na++].val.programmaticStreamSerializationAllowed = 1;

@@ -237,7 +237,8 @@ static cudaError_t mv_fit(size_t smem, int *dev_out, int *sms_out, int *fit_out)
 /* A launch on `blocks` blocks. Paired staging (clusters of two blocks, each
  * quantizing half of the input into both) where the launch quantizes a
  * K-quant input (down: 80 KB of f32 a block, read by every block), the grid
- * is even and every pair fits the GPU at once (measured +1.1% a token; the
+ * is even, clusters can be launched (x->clusters: Hopper's) and every pair
+ * fits the GPU at once (measured +1.1% a token; the
  * norm-in stagings paired the same way lost: their cluster barriers cost
  * more than half of their reads). */
 template <class P, int LANE, int EPI, int IN, int WALK>
@@ -246,7 +247,7 @@ static cudaError_t mv_launch_grid(MvLaunch &a, int64_t blocks, size_t smem, int 
     auto kernel = mv_kernel<P, LANE, EPI, IN, WALK>;
     a.pair = 0;
     if constexpr (LANE == MU_CU_LANE_FAST && P::NORM_IN && IN == MV_IN_QUANT) {
-        if (x->mv_pair && blocks % 2 == 0) {
+        if (x->mv_pair && x->clusters && blocks % 2 == 0) {
             if (x->pair_counts) x->pair_counts[0]++;
             static int ok[MU_CU_MAX_DEVICES];
             static int64_t ok_blocks[MU_CU_MAX_DEVICES];

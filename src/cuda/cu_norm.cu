@@ -16,6 +16,18 @@ extern "C" cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, const mu_cu_e
     return launch_pdl(resnorm_rows_kernel, dim3(T), dim3(256), 0, x, rn);
 }
 
+/* An empty kernel whose attributes say which of the build's targets the
+ * driver picked for this device (every kernel here is built for the same
+ * list, MUSER_CUDA_ARCHS). */
+__global__ void code_arch_probe_kernel() {}
+
+extern "C" cudaError_t mu_cu_code_arch(int *ptx_arch) {
+    cudaFuncAttributes fa;
+    const cudaError_t e = cudaFuncGetAttributes(&fa, code_arch_probe_kernel);
+    *ptx_arch = e == cudaSuccess ? fa.ptxVersion : 0;
+    return e;
+}
+
 /* ---- embedding ------------------------------------------------------------------------- */
 template <uint32_t TYPE>
 __device__ void embed_row_kq(const mu_cu_weight &w, int64_t token, float *dst) {

@@ -163,7 +163,16 @@ typedef struct mu_cu_exec {
     bool mv_pair;          /* paired staging where it can run (mu_cu_matvec) */
     long long *pair_counts;/* optional [2]: matvec launches that could pair,
                               and those that did (tests: the route ran)     */
+    bool clusters;         /* thread-block clusters may be launched (the device
+                              and the loaded code have them, and the portable
+                              paths are not forced: cuda_features.c); a
+                              cluster launch without it fails              */
 } mu_cu_exec;
+
+/* The PTX target the driver loaded this library's kernels from, as
+ * 10 major + minor (cuda_features.c: below 90 the code has no Hopper
+ * instructions, whatever the device). */
+cudaError_t mu_cu_code_arch(int *ptx_arch);
 
 /* ---- small kernels ------------------------------------------------------------- */
 /* Raw GGUF rows [r0, r0+nrows) staged on the device -> repacked streams;

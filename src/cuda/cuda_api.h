@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/cuda_features.h"
 #include "cuda/cuda_tuning.h"
 #include "engine/engine.h"
 
@@ -42,6 +43,13 @@ uint64_t mu_cuda_weight_bytes(const mu_backend *b);
  * graphs (tests, the lab's A/B). Not for a tensor-parallel backend. */
 void mu_cuda_get_tuning(const mu_backend *b, mu_cuda_tuning *t);
 void mu_cuda_set_tuning(mu_backend *b, const mu_cuda_tuning *t);
+
+/* The session's route set: Hopper's features in use, or the portable
+ * paths (cuda_features.h). */
+void mu_cuda_get_features(const mu_backend *b, mu_cuda_features *f);
+/* The longest span the decode attention runs in clusters (0: the cluster
+ * route is off: no clusters on this device, or the setting is 0). */
+int mu_cuda_attn_cluster_rows(const mu_backend *b);
 
 /* The session's matvec launches so far that could run with paired staging
  * (tuning.pair_staging), and those that did (tests: that the route ran). */

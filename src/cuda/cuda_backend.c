@@ -11,6 +11,7 @@
  * (cuda_batch.c); several GPUs are a backend of their own (cuda_tp.c).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +33,9 @@ int mu_cuda_probe(void) {
     struct cudaDeviceProp prop;
     e = cudaGetDeviceProperties(&prop, 0);
     if (e != cudaSuccess) return mu_fail(MUSER_EBACKEND, "cannot query GPU 0: %s", cudaGetErrorString(e));
-    if (prop.major < 9)
-        return mu_fail(MUSER_EBACKEND, "GPU 0 (%s) has compute capability %d.%d; this build needs 9.0 (Hopper) or newer",
-                       prop.name, prop.major, prop.minor);
+    if (prop.major < 8)
+        return mu_fail(MUSER_EBACKEND, "GPU 0 (%s) has compute capability %d.%d; the CUDA backend needs 8.0 (Ampere) "
+                       "or newer", prop.name, prop.major, prop.minor);
     return 0;
 }
 
@@ -153,6 +154,7 @@ void cuda_rank_free(cuda_backend *b) {
     if (b->h_logits) cudaFreeHost(b->h_logits);
     if (b->blas) b->cublas->destroy(b->blas);
     if (b->exec.stream) cudaStreamDestroy(b->exec.stream);
+    cuda_ledger_release(b->device, b->held_bytes + b->weights_held);
     free(b->planes);
     free(b->kc);
     free(b->vc);
@@ -366,18 +368,23 @@ static int64_t kv_capacity(const mu_model *m, const mu_layer *L, const mu_sessio
     return *ring ? (int64_t)hp->n_swa + cfg->n_batch - 1 : cfg->n_ctx;
 }
 
-/* The decode attention's limits and the graphs' reset, from b->tune. */
+/* The launches' settings, the decode attention's limits and the graphs'
+ * reset, from t. A setting whose route needs a feature is taken only
+ * where the device's route set has it (b->feat): the table keeps what was
+ * asked, the launches get what runs (pdl, pair_staging and attn_cluster
+ * are Hopper's). */
 void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t) {
     b->tune = *t;
-    b->exec.pdl = t->pdl;
+    b->exec.pdl = t->pdl && b->feat.pdl;
+    b->exec.clusters = b->feat.clusters;
     b->exec.mv_blocks_per_sm = t->mv_blocks_per_sm;
     b->exec.mv_flat = t->flat_gateup;
     b->exec.mv_cut = t->cut_rows;
-    b->exec.mv_pair = t->pair_staging;
+    b->exec.mv_pair = t->pair_staging && b->feat.clusters;
     b->attn_short = t->attn_one_block < 0 ? 0 : t->attn_one_block > MU_CU_ATTN_SHORT_MAX ? MU_CU_ATTN_SHORT_MAX
                                                                                         : t->attn_one_block;
     const int most = MU_CU_ATTN_CLUSTER_MAX * 128;
-    b->attn_cluster_rows = t->attn_cluster < 0 ? 0 : t->attn_cluster > most ? most : t->attn_cluster;
+    b->attn_cluster_rows = !b->feat.clusters || t->attn_cluster < 0 ? 0 : t->attn_cluster > most ? most : t->attn_cluster;
     b->attn_cluster = b->attn_cluster_rows <= 128 ? 2 : (b->attn_cluster_rows + 127) / 128;
     b->norm_in = norm_in_fits(b->m, b->fast, b->tp) && t->norm_in;
     for (int r = 0; r < N_ROUTES; r++) { /* a new capture picks the settings up */
@@ -390,6 +397,10 @@ void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t) {
 
 void mu_cuda_get_tuning(const mu_backend *base, mu_cuda_tuning *t) { *t = ((const cuda_backend *)base)->tune; }
 
+void mu_cuda_get_features(const mu_backend *base, mu_cuda_features *f) { *f = ((const cuda_backend *)base)->feat; }
+
+int mu_cuda_attn_cluster_rows(const mu_backend *base) { return ((const cuda_backend *)base)->attn_cluster_rows; }
+
 void mu_cuda_set_tuning(mu_backend *base, const mu_cuda_tuning *t) { cuda_apply_tuning((cuda_backend *)base, t); }
 
 void mu_cuda_pair_launches(const mu_backend *base, long long *eligible, long long *paired) {
@@ -399,25 +410,19 @@ void mu_cuda_pair_launches(const mu_backend *base, long long *eligible, long lon
 }
 
 /* One line: the device, what the session holds on it, the settings in use. */
-static void describe(cuda_backend *b, const struct cudaDeviceProp *prop, uint64_t kv_bytes, uint64_t act_bytes) {
-    char tune[512];
+static void describe(cuda_backend *b, const struct cudaDeviceProp *prop) {
+    char tune[512], feat[160], cap[48] = "";
     mu_cuda_tuning_format(&b->tune, tune, sizeof tune);
+    mu_cuda_features_format(&b->feat, feat, sizeof feat);
+    if (b->cfg.gpu_mem) snprintf(cap, sizeof cap, " (--gpu-mem %.2f GiB)", b->cfg.gpu_mem / 1073741824.0);
     snprintf(b->desc, sizeof b->desc,
-             "%.120s, %.1f GB, cc %d.%d, %d SMs; lane %s, KV %s, decode norms %s; GPU memory: weights %.2f GB (%s), "
-             "f16 prefill cache %.2f GB, KV %.2f GB, buffers %.2f GB; tuning: %.400s",
-             prop->name, prop->totalGlobalMem / 1e9, prop->major, prop->minor, prop->multiProcessorCount,
+             "%.120s, %.1f GB, cc %d.%d, %d SMs; %s; lane %s, KV %s, decode norms %s; GPU memory%s: weights %.2f GB "
+             "(%s), f16 prefill cache %.2f GB, KV %.2f GB, buffers %.2f GB, logits %.2f GB; tuning: %.400s",
+             prop->name, prop->totalGlobalMem / 1e9, prop->major, prop->minor, prop->multiProcessorCount, feat,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
-             b->norm_in ? "formed by their consumers" : "in the producers' tails", b->w->wbytes / 1e9,
-             b->tp ? "this rank's" : "shared by the model's sessions", b->w->f16bytes / 1e9, kv_bytes / 1e9,
-             act_bytes / 1e9, tune);
-}
-
-/* Bytes of the activation buffers (rank_new allocates them). */
-static uint64_t activation_bytes(const cuda_backend *b, int64_t parts) {
-    const uint64_t T = (uint64_t)b->T_max, QF = (uint64_t)(b->Q > b->F ? b->Q : b->F);
-    return T * QF * 3 / 2 + (uint64_t)CUDA_MMQ_PART * 4 + T * 4 * (uint64_t)(3 * b->E + 4 * b->Q + 2 * b->KVD + 2 * b->F) +
-           T * 2 * (uint64_t)(b->E + b->Q + b->F) + T * (uint64_t)b->E * 2 + (uint64_t)parts * (2 + 128) * 4 +
-           T * 2 * (uint64_t)b->m->hp.n_layer * sizeof(void *) + (uint64_t)b->V * 4 + b->wtmp_bytes;
+             b->norm_in ? "formed by their consumers" : "in the producers' tails", cap, b->w->wbytes / 1e9,
+             b->tp ? "this rank's" : "shared by the model's sessions", b->w->f16bytes / 1e9, b->plan.kv / 1e9,
+             b->plan.buffers / 1e9, b->plan.logits / 1e9, tune);
 }
 
 static int alloc_activations(cuda_backend *b, int64_t parts) {
@@ -482,6 +487,15 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     struct cudaDeviceProp prop;
     CU_CHECK(cudaGetDeviceProperties(&prop, device));
     b->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    { /* the route set, said once per GPU and process (serve opens a session per slot) */
+        static atomic_ullong said;
+        const unsigned long long bit = 1ull << (device & 63);
+        if (!(atomic_fetch_or(&said, bit) & bit)) {
+            char feat[160];
+            mu_cuda_features_format(&b->feat, feat, sizeof feat);
+            mu_info("cuda: GPU %d (%s, compute capability %d.%d): %s", device, prop.name, prop.major, prop.minor, feat);
+        }
+    }
     CU_CHECK(cudaStreamCreateWithFlags(&b->exec.stream, cudaStreamNonBlocking));
     RC(mu_cublas_load(&b->cublas));
     if (b->cublas->create(&b->blas) != CUBLAS_STATUS_SUCCESS) {
@@ -490,45 +504,7 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     }
     b->cublas->set_stream(b->blas, b->exec.stream);
 
-    /* the memory plan, before any large allocation */
-    b->kv_elem = b->kv_f32 ? 4 : 2;
-    uint64_t kv_bytes = 0, wdev = cuda_weight_dev_bytes(&m->tok_embd) + cuda_weight_dev_bytes(&m->output), max_elems = 0;
-    for (int l = 0; l < hp->n_layer; l++) {
-        const mu_layer *L = &m->layers[l];
-        bool ring;
-        kv_bytes += 2ull * (uint64_t)kv_capacity(m, L, cfg, &ring) * (uint64_t)b->KVD * b->kv_elem;
-#define ADD(x)                                                                                           \
-    wdev += cuda_weight_dev_bytes(&L->x);                                                                \
-    if (L->x.data && (uint64_t)(L->x.rows * L->x.cols) > max_elems) max_elems = (uint64_t)(L->x.rows * L->x.cols);
-        LAYER_MATS(ADD)
-#undef ADD
-    }
-    if (b->w) wdev = 0; /* already resident */
-    b->split_dec = (int)((cfg->n_ctx + 127) / 128);
-    if (b->split_dec > SPLIT_CAP_MAX) b->split_dec = SPLIT_CAP_MAX;
-    if (b->split_dec < 1) b->split_dec = 1;
-    b->split_pre = b->split_dec < SPLIT_CAP_PREFILL ? b->split_dec : SPLIT_CAP_PREFILL;
-    int64_t parts = (int64_t)hp->n_head * b->split_dec;
-    if ((int64_t)b->T_max * hp->n_head * b->split_pre > parts) parts = (int64_t)b->T_max * hp->n_head * b->split_pre;
-    b->n_parts = parts;
-    b->wtmp_bytes = (size_t)(b->fast ? 2 : 4) * (size_t)max_elems;
-    if (b->wtmp_bytes < (64u << 20)) b->wtmp_bytes = 64u << 20;
-    const uint64_t act_bytes = activation_bytes(b, parts);
-    size_t free_b = 0, total_b = 0;
-    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const uint64_t need = wdev + kv_bytes + act_bytes + (256u << 20);
-    if (need > free_b)
-        return mu_fail(MUSER_EBACKEND,
-                       "too little GPU memory: the model needs %.2f GB (weights %.2f, KV %.2f, buffers %.2f), GPU %d (%s) "
-                       "has %.2f GB free",
-                       need / 1e9, wdev / 1e9, kv_bytes / 1e9, act_bytes / 1e9, device, prop.name, free_b / 1e9);
-
-    b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
-    b->kc = calloc((size_t)hp->n_layer, sizeof(void *));
-    b->vc = calloc((size_t)hp->n_layer, sizeof(void *));
-    if (!b->planes || !b->kc || !b->vc) return mu_fail(MUSER_ENOMEM, "out of memory");
-
-    /* RoPE bases: one cos/sin table per distinct base */
+    /* RoPE bases: one cos/sin table per distinct base (the step record's size) */
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
         int i = 0;
@@ -537,6 +513,20 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
         if (b->n_bases == 8) return mu_fail(MUSER_EUNSUPPORTED, "more than 8 distinct RoPE bases");
         b->bases[b->n_bases++] = L->rope_base;
     }
+    /* the memory plan, before any allocation of size: every buffer below
+     * is what it planned */
+    b->kv_elem = b->kv_f32 ? 4 : 2;
+    RC(cuda_plan_session(b, cfg, &prop, &b->plan));
+    b->split_dec = b->plan.split_dec;
+    b->split_pre = b->plan.split_pre;
+    const int64_t parts = b->plan.parts;
+    b->n_parts = parts;
+
+    b->planes = calloc((size_t)hp->n_layer, sizeof(mu_kv_plane));
+    b->kc = calloc((size_t)hp->n_layer, sizeof(void *));
+    b->vc = calloc((size_t)hp->n_layer, sizeof(void *));
+    if (!b->planes || !b->kc || !b->vc) return mu_fail(MUSER_ENOMEM, "out of memory");
+
     const bool uploaded = !b->w;
     if (uploaded) {
         RC(cuda_weights_upload(b));
@@ -547,11 +537,16 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
         }
     }
 
+    uint64_t kv_bytes = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         bool ring;
         const int64_t cap = kv_capacity(m, &m->layers[l], cfg, &ring);
         mu_kv_plane_init(&b->planes[l], ring, cap);
         const size_t bytes = (size_t)cap * (size_t)b->KVD * b->kv_elem;
+        kv_bytes += 2 * (uint64_t)bytes;
+        if (kv_bytes > b->plan.kv) /* (the plan and the planes disagree: take nothing it did not count) */
+            return mu_fail(MUSER_EBACKEND, "layer %d's KV plane (%lld rows) is larger than the memory plan's", l,
+                           (long long)cap);
         RC(cuda_dalloc(&b->kc[l], bytes, "the KV cache"));
         RC(cuda_dalloc(&b->vc[l], bytes, "the KV cache"));
         CU_CHECK(cudaMemsetAsync(b->kc[l], 0, bytes, b->exec.stream));
@@ -562,10 +557,18 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     RC(alloc_activations(b, parts));
     if (b->fast && uploaded) RC(cuda_prefill_cache(b));
     if (b->fast && b->w->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
-    else RC(cuda_dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
+    else {
+        b->wtmp_bytes = (size_t)b->plan.tiles; /* (also where a planned cache could not be allocated: its room) */
+        RC(cuda_dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
+    }
     RC(cuda_sync_checked(b));
     if (uploaded && !b->tp) cuda_weights_publish(b->w);
-    describe(b, &prop, kv_bytes, activation_bytes(b, parts));
+    describe(b, &prop);
+    if (!b->tp) {
+        char held[256];
+        mu_gpu_plan_format(&b->plan, held, sizeof held);
+        mu_info("cuda: GPU %d memory of this session: %s", device, held);
+    }
     return 0;
 }
 
@@ -597,10 +600,15 @@ int cuda_rank_new(const mu_model *m, const mu_session_config *cfg, int device, b
     b->V = hp->n_vocab;
     b->token_bytes = m->weight_bytes_per_token;
     b->exec.pair_counts = b->pair_counts;
+    int rc = mu_cuda_features_detect(device, &b->feat);
+    if (rc) {
+        free(b);
+        return rc;
+    }
     cuda_apply_tuning(b, &tune);
     /* one GPU: the model's weights may already be resident (shared) */
     if (!tp) b->w = cuda_weights_acquire(m, device);
-    const int rc = rank_init(b, cfg, device);
+    rc = rank_init(b, cfg, device);
     if (rc) {
         cuda_rank_free(b);
         return rc;

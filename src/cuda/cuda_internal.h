@@ -27,6 +27,8 @@
 #include "cuda/cu_matvec.h"
 #include "cuda/cu_shared.h"
 #include "cuda/cuda_blas.h"
+#include "cuda/cuda_features.h"
+#include "cuda/cuda_plan.h"
 #include "cuda/cuda_tuning.h"
 #include "engine/engine.h"
 #include "util/error.h"
@@ -72,6 +74,7 @@ typedef struct cu_weights {
     cu_layer *layers;         /* [n_layer] */
     float *output_norm;       /* [n_embd]  */
     int fast_rows;            /* the fast B-row matvec takes every matrix: 0 not yet asked, 1 yes, 2 no */
+    uint64_t held_bytes;      /* what the GPU memory ledger counts for them (cuda_memory.c) */
     struct cu_weights *next;
 } cu_weights;
 
@@ -106,6 +109,10 @@ typedef struct cuda_backend {
     const mu_model *m;
     mu_session_config cfg;
     mu_cuda_tuning tune;  /* this session's settings                           */
+    mu_cuda_features feat; /* the device's route set (Hopper's features, or portable) */
+    mu_gpu_plan plan;     /* its GPU memory, planned before anything was allocated */
+    uint64_t held_bytes;  /* the ledger's count for this session (KV, buffers, logits, reserve) */
+    uint64_t weights_held; /* ... for the weights it uploads, until they carry it (cu_weights.held_bytes) */
     mu_cu_exec exec;      /* its stream and launch settings, given to every kernel */
     long long pair_counts[2]; /* matvec launches that could pair, and did (exec.pair_counts) */
     int device;
@@ -202,6 +209,17 @@ int cuda_membw(mu_backend *base, double *gbps, const char **what);
 int cuda_dalloc(void **p, size_t bytes, const char *what);
 /* Applies a new tuning to a session (its graphs are captured anew). */
 void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t);
+
+/* cuda_memory.c */
+/* The session's GPU memory plan (b: geometry, lane, KV type, resident
+ * weights; cfg: context, batch, --gpu-mem), checked against the cap less
+ * what Muser's sessions hold and the GPU's free memory: 0 and the plan
+ * taken into the ledger, or one error saying what it needs and what
+ * would fit. */
+int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struct cudaDeviceProp *prop,
+                      mu_gpu_plan *plan);
+/* Gives bytes back to the ledger of GPU device. */
+void cuda_ledger_release(int device, uint64_t bytes);
 
 /* cuda_weights.c */
 uint64_t cuda_weight_dev_bytes(const mu_weight *w);

@@ -76,6 +76,7 @@ void cuda_weights_close(cu_weights *e) {
     }
     if (e->wmem) cudaFree(e->wmem);
     if (e->f16mem) cudaFree(e->f16mem);
+    cuda_ledger_release(e->device, e->held_bytes);
     if (e->output_norm) cudaFree(e->output_norm);
     free(e->layers);
     free(e);
@@ -266,6 +267,8 @@ int cuda_weights_upload(cuda_backend *b) {
     w->m = b->m;
     w->device = b->device;
     w->refs = 1;
+    w->held_bytes = b->weights_held; /* (the ledger's count goes with the weights from here) */
+    b->weights_held = 0;
     w->layers = calloc((size_t)b->m->hp.n_layer, sizeof(cu_layer));
     b->w = w; /* (freed with the session on failure) */
     if (!w->layers) return mu_fail(MUSER_ENOMEM, "out of memory");
@@ -273,7 +276,7 @@ int cuda_weights_upload(cuda_backend *b) {
 }
 
 /* Dequantized f16 copies of every matrix for the fast lane's prefill GEMMs
- * (when they fit): a chunk then pays for GEMMs only. */
+ * (when the plan has room): a chunk then pays for GEMMs only. */
 static uint64_t f16_bytes(const mu_cu_weight *w) { return w->qs ? align256((uint64_t)w->rows * w->cols * 2) : 0; }
 
 int cuda_prefill_cache(cuda_backend *b) {
@@ -286,18 +289,11 @@ int cuda_prefill_cache(cuda_backend *b) {
         LAYER_MATS(ADD)
 #undef ADD
     }
-    size_t free_b = 0, total_b = 0;
-    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const int want = b->tune.prefill_cache;
-    if (want == 0 || (want < 0 && (double)total > (double)free_b - 3e9)) return 0;
-    if (want > 0 && (double)total > (double)free_b - 3e9)
-        return mu_fail(MUSER_EBACKEND,
-                       "cuda: the f16 prefill cache (prefill_cache=1) needs %.2f GB and 3 GB to spare; the GPU has "
-                       "%.2f GB free (prefill_cache=0 prefills from the quantized weights)",
-                       total / 1e9, free_b / 1e9);
-    if (cuda_dalloc(&w->f16mem, total, "the prefill weight cache")) {
-        if (want > 0) return MUSER_EBACKEND;
-        mu_clear_error();
+    /* built where the session's memory plan has room for it (cuda_plan.c:
+     * asked for, or fitting with 3 GB to spare under --gpu-mem) */
+    if (!b->plan.f16_cache) return 0;
+    if (total != b->plan.f16_cache || cuda_dalloc(&w->f16mem, total, "the prefill weight cache")) {
+        mu_clear_error(); /* (the GEMMs dequantize tiles instead, in the cache's room) */
         return 0;
     }
     w->f16bytes = total;

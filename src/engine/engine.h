@@ -118,6 +118,7 @@ typedef struct mu_session_config {
     muser_lane lane;
     muser_kv_type kv_type;
     int gpus;
+    uint64_t gpu_mem; /* CUDA: the cap on what Muser allocates on each GPU (0: none but the free memory) */
 } mu_session_config;
 
 /* Checks the model and the public parameters and fills cfg with the

@@ -124,6 +124,7 @@ int mu_session_config_resolve(const mu_model *model, const muser_session_params 
     cfg->lane = p->lane;
     cfg->kv_type = p->kv_type;
     cfg->gpus = p->gpus;
+    cfg->gpu_mem = p->gpu_mem;
     if (p->lane != MUSER_LANE_EXACT && p->lane != MUSER_LANE_FAST && p->lane != MUSER_LANE_AUTO)
         return mu_fail(MUSER_EINVAL, "unknown lane");
     if (p->kv_type != MUSER_KV_F16 && p->kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
@@ -162,6 +163,10 @@ void muser_session_free(muser_session *s) {
 }
 
 muser_backend muser_session_backend(const muser_session *s) { return s->backend_kind; }
+
+const char *muser_session_describe(const muser_session *s) {
+    return s->backend->ops->describe ? s->backend->ops->describe(s->backend) : NULL;
+}
 muser_lane muser_session_lane(const muser_session *s) { return s->cfg.lane; }
 
 int muser_session_feed(muser_session *s, const muser_token *tokens, int n, bool all_logits) {

@@ -107,6 +107,7 @@ int cmd_chat(int argc, char **argv) {
         fprintf(stderr, "muser chat: %s\n", muser_last_error());
         goto out;
     }
+    mu_gen_describe(&o, s);
     if (mu_gen_attach_drafter("chat", &o, model, s, &drafter) != 0) goto out;
     muser_session_set_checkpoints(s, 2); /* a rewound turn need not re-prefill the sliding rings */
     if (system) {

@@ -1,9 +1,10 @@
-/* cmd_inspect.c — `muser inspect MODEL`: metadata, tensors, layer kinds and
- * the bytes one decoded token reads. */
+/* cmd_inspect.c — `muser inspect MODEL`: metadata, tensors, layer kinds,
+ * the bytes one decoded token reads, and the GPU memory each context needs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_plan.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -67,6 +68,44 @@ static const char *human(double b, char *buf, size_t cap) {
     while (b >= 1024 && i < 4) b /= 1024, i++;
     snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", b, u[i]);
     return buf;
+}
+
+/* What a CUDA session plans to hold on the GPU at each context
+ * (cuda_plan.c), for choosing -c and --gpu-mem: the weights bounded by
+ * the file's bytes, the fast lane, chunks of 512, no f16 prefill cache
+ * (that is built only where it fits with 3 GB to spare). */
+static void print_gpu_memory(const mu_model *m) {
+    const mu_hparams *hp = &m->hp;
+    mu_gpu_plan_in in;
+    memset(&in, 0, sizeof in);
+    /* a step record: a header, a line per layer, up to 8 RoPE tables (a bound) */
+    mu_gpu_plan_geometry(m, mu_gpu_weight_bytes_bound, 64 + 16 * (int64_t)hp->n_layer + 32 * (int64_t)hp->n_rot,
+                         &in);
+    in.fast = true, in.prefill_cache = 0, in.available = UINT64_MAX;
+    const double gib = 1073741824.0;
+    mu_gpu_plan p;
+    in.n_ctx = 1, in.n_batch = 1;
+    mu_gpu_plan_make(&in, &p);
+    printf("\n## GPU memory (CUDA)\n\nWhat a session plans on the GPU (weights %.2f GiB; fast lane, -b 512, no f16 "
+           "prefill cache); --gpu-mem must be at least the total (GiB).\n\n| context | KV f16 | total | KV f32 | total "
+           "|\n|---|---|---|---|---|\n",
+           p.weights / gib);
+    /* the usual contexts up to the trained one, and the trained one */
+    const int usual[] = {2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
+    int ctxs[10], n = 0;
+    for (size_t i = 0; i < sizeof usual / sizeof usual[0]; i++)
+        if (usual[i] < hp->n_ctx_train) ctxs[n++] = usual[i];
+    ctxs[n++] = hp->n_ctx_train;
+    for (int i = 0; i < n; i++) {
+        const int ctx = ctxs[i];
+        in.n_ctx = ctx, in.n_batch = ctx < 512 ? ctx : 512;
+        in.kv_f32 = false;
+        mu_gpu_plan_make(&in, &p);
+        printf("| %d | %.2f | %.2f |", ctx, p.kv / gib, p.total / gib);
+        in.kv_f32 = true;
+        mu_gpu_plan_make(&in, &p);
+        printf(" %.2f | %.2f |\n", p.kv / gib, p.total / gib);
+    }
 }
 
 static void usage(FILE *out) {
@@ -168,6 +207,7 @@ int cmd_inspect(int argc, char **argv) {
         printf("| %lld | %s | %s |\n", (long long)depths[i], human((double)kv, b1, sizeof b1),
                human((double)(w + kv), b2, sizeof b2));
     }
+    print_gpu_memory(&m);
     mu_model_unbind(&m);
     gguf_close(f);
     return 0;

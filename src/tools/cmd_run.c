@@ -97,6 +97,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "muser run: %s\n", muser_last_error());
         goto out;
     }
+    mu_gen_describe(&o, s);
     if (mu_gen_attach_drafter("run", &o, model, s, &drafter) != 0) goto out;
     if (n > muser_session_n_ctx(s)) {
         fprintf(stderr, "muser run: the prompt has %d tokens but the context holds %d (use -c)\n", n,

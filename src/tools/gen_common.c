@@ -36,11 +36,22 @@ void mu_gen_help(FILE *out, const char *backends, const char *seed_default) {
             "--temp T", "--top-k K", "--top-p P", "--min-p P", "--repeat-penalty R", "--repeat-last-n N",
             "--presence-penalty P", "--frequency-penalty P", "-s, --seed S", seed_default);
     mu_tool_session_help(out, backends, "the model's, at most 4096");
+    fprintf(out, "  %-28s the backend's line on stderr (CUDA: the GPU, Hopper's or the\n"
+                 "  %-28s portable paths, the GPU memory held, the settings)\n", "--verbose", "");
+}
+
+void mu_gen_describe(const mu_gen_opts *o, const muser_session *s) {
+    if (!o->verbose) return;
+    const char *d = muser_session_describe(s);
+    fprintf(stderr, "muser: backend %s%s%s\n", muser_session_backend(s) == MUSER_BACKEND_CUDA ? "cuda"
+                                                 : muser_session_backend(s) == MUSER_BACKEND_REF ? "ref" : "cpu",
+            d ? ": " : "", d ? d : "");
 }
 
 bool mu_gen_option(mu_args *a, mu_gen_opts *o) {
     muser_sampler_params *f = &o->flags;
     if (mu_arg_is(a, "-m", "--model")) return mu_arg_str(a, &o->model_path);
+    if (mu_arg_is(a, NULL, "--verbose")) return (o->verbose = true);
     if (mu_arg_is(a, NULL, "--temp")) return (o->samp_set[F_TEMP] = mu_arg_float(a, 0, 100, &f->temperature));
     if (mu_arg_is(a, NULL, "--top-k")) return (o->samp_set[F_TOPK] = mu_arg_int(a, 0, INT_MAX, &f->top_k));
     if (mu_arg_is(a, NULL, "--top-p")) return (o->samp_set[F_TOPP] = mu_arg_float(a, 0, 1, &f->top_p));

@@ -15,6 +15,7 @@ typedef struct mu_gen_opts {
     bool samp_set[9];              /* which sampler flags were given     */
     muser_sampler_params flags;    /* values of the given flags          */
     bool seed_random;              /* no --seed: samp.seed is random     */
+    bool verbose;                  /* --verbose: the backend's device line */
     const char *draft_path;        /* --draft / -md: a DFlash drafter, or NULL */
     int draft_max;                 /* --draft-max: 0, the drafter's block - 1 */
 } mu_gen_opts;
@@ -26,6 +27,9 @@ void mu_gen_opts_init(mu_gen_opts *o);
  * the session options. Returns true if
  * handled; false with a message on a bad value or unknown option. */
 bool mu_gen_option(mu_args *a, mu_gen_opts *o);
+/* With --verbose, the session's backend line on stderr (the device, its
+ * paths, what it holds, the settings). */
+void mu_gen_describe(const mu_gen_opts *o, const muser_session *s);
 /* Loads the model (the bundled stories260K when none was given); applies
  * the model's sampling defaults under the user's flags; without --seed,
  * a random seed. */

@@ -10,6 +10,7 @@
 #include "model/mix.h"
 #include "quant/quant.h"
 #include "text/utf8.h"
+#include "util/memsize.h"
 
 const char *mu_tool_backend_name(muser_backend b) {
     switch (b) {
@@ -60,6 +61,15 @@ bool mu_tool_session_option(mu_args *a, muser_session_params *sp) {
     if (mu_arg_is(a, "-b", "--batch-size") || mu_arg_is(a, NULL, "--batch"))
         return mu_arg_int(a, 1, 1 << 16, &sp->n_batch);
     if (mu_arg_is(a, NULL, "--gpus")) return mu_arg_int(a, 1, 64, &sp->gpus);
+    if (mu_arg_is(a, NULL, "--gpu-mem")) {
+        if (!mu_arg_str(a, &v)) return false;
+        if (!mu_parse_mem_size(v, &sp->gpu_mem)) {
+            fprintf(stderr, "muser %s: --gpu-mem takes a size such as 24G, 20480M or 23.5GiB (binary units), not '%s'\n",
+                    a->cmd, v);
+            return false;
+        }
+        return true;
+    }
     mu_arg_unknown(a);
     return false;
 }
@@ -80,6 +90,10 @@ void mu_tool_session_help(FILE *out, const char *backends, const char *ctx_defau
             mu_cpu_count());
     fprintf(out, "  %-28s CUDA: the model split over N GPUs of this host, tensor parallel\n"
                  "  %-28s through NCCL (default: 1)\n", "--gpus N", "");
+    fprintf(out, "  %-28s CUDA: the most Muser allocates on each GPU, e.g. 24G (binary\n"
+                 "  %-28s units; default: what the GPU has free); a plan that does not\n"
+                 "  %-28s fit says what would (a shorter context, f16 KV, a smaller batch)\n",
+            "--gpu-mem SIZE", "", "");
 }
 
 void *mu_tool_read_file(const char *path, size_t *size) {

@@ -33,7 +33,12 @@ expect_grep "layer kinds: S S S F S S S F" "$TMP/out"
 expect_grep "Bytes read per decoded token" "$TMP/out"
 expect_grep ", sliding window 32$" "$TMP/out"
 # depths up to the model's context (1024): its last position ends the table
-tail -1 "$TMP/out" | grep -q "^| 1023 |" && ok || bad "inspect: the depth table does not end at 1023: $(tail -1 "$TMP/out")"
+last_depth() { grep -B2 "^## GPU memory" "$1" | grep "^| " | tail -1; }
+last_depth "$TMP/out" | grep -q "^| 1023 |" && ok || bad "inspect: the depth table does not end at 1023: $(last_depth "$TMP/out")"
+# the GPU memory a session plans, a row per context up to the trained one (cuda_plan.c)
+expect_grep "^## GPU memory (CUDA)" "$TMP/out"
+tail -1 "$TMP/out" | grep -qE "^\| 1024 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$" && ok ||
+    bad "inspect: the GPU memory table does not end at the context 1024: $(tail -1 "$TMP/out")"
 expect_status 0 "$M" inspect -m "$NANO/nano-Q8_0.gguf"
 expect_status 2 "$M" inspect
 expect_grep "a MODEL file is required" "$TMP/err"
@@ -44,7 +49,7 @@ STORIES=${MUSER_SRC:?}/models/stories260K/stories260K.gguf
 expect_status 0 "$M" inspect "$STORIES"
 expect_grep "no sliding-window layers" "$TMP/out"
 grep -q "sliding window 0" "$TMP/out" && bad "inspect says 'sliding window 0'" || ok
-tail -1 "$TMP/out" | grep -q "^| 2047 |" && ok || bad "inspect stories260K: last depth $(tail -1 "$TMP/out")"
+last_depth "$TMP/out" | grep -q "^| 2047 |" && ok || bad "inspect stories260K: last depth $(last_depth "$TMP/out")"
 grep -q "^| 8192 |" "$TMP/out" && bad "inspect shows a depth beyond the context" || ok
 
 # parity: JSON has exactly the keys, and the exact lane meets the core bounds

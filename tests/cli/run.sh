@@ -19,6 +19,12 @@ cmp -s "$TMP/want" "$TMP/got" && ok || bad "ref backend greedy prefix differs"
 # prompt continuation
 expect_status 0 "$M" run -p "Once upon a time" --temp 0 -n 20 -t 1
 expect_grep "^Once upon a time, there was a little" "$TMP/out"
+# --verbose names the backend on stderr (CUDA adds its device line)
+expect_status 0 "$M" run -p "Once" --temp 0 -n 2 -t 1 --backend cpu --verbose
+expect_grep "^muser: backend cpu" "$TMP/err"
+# --gpu-mem takes binary sizes; anything else is a usage error naming the option
+expect_status 2 "$M" run -p "Once" -n 2 --gpu-mem 24X
+expect_grep "gpu-mem takes a size" "$TMP/err"
 
 # llama.cpp's long option names
 expect_status 0 "$M" run --model "$SRC/models/stories260K/stories260K.gguf" --ctx-size 64 --threads 1 --batch-size 8 \

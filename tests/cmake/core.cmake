@@ -8,3 +8,5 @@ muser_sh_test(run LABELS cli)
 muser_sh_test(chat LABELS cli)
 muser_c_test(tp LABELS unit SOURCES tests/tinymodel.c)
 muser_sh_test(formats LABELS cli)
+# The CUDA session's GPU memory plan: plain arithmetic, no GPU needed.
+muser_c_test(gpu_plan LABELS unit)

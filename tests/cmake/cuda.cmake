@@ -6,11 +6,23 @@ if(MUSER_HAVE_CUDA)
                tests/cuda/rows_test.c)
   muser_cuda_target(test_cuda)
   target_include_directories(test_cuda PRIVATE tests/cuda)
+  if(MUSER_CUDA_ARCHS MATCHES "(^|;)90(-real)?(;|$)")
+    # sm_90 machine code in the build: a Hopper GPU must then run Hopper's paths
+    target_compile_definitions(test_cuda PRIVATE MUSER_TEST_BUILT_SM90=1)
+  endif()
 else()
   muser_c_test(cuda LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c)
 endif()
+# The same suites on the portable paths (no clusters, no programmatic
+# dependent launch: what GPUs below Hopper run), forced on any GPU.
+add_test(NAME cuda_portable COMMAND test_cuda)
+set_tests_properties(cuda_portable PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200 LABELS "cuda"
+                     ENVIRONMENT "MUSER_CUDA_PORTABLE=1")
 # Weight sharing between sessions and batched decode against one-by-one.
 muser_c_test(cuda_batch LABELS cuda TIMEOUT 600 SOURCES tests/fixture.c)
+add_test(NAME cuda_batch_portable COMMAND test_cuda_batch)
+set_tests_properties(cuda_batch_portable PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda"
+                     ENVIRONMENT "MUSER_CUDA_PORTABLE=1")
 # Tensor parallel (--gpus N) against the single-GPU backend: N = 1 runs the
 # NCCL path over a communicator of size 1; N = 2 is skipped (77) with fewer
 # GPUs present.

@@ -22,8 +22,9 @@ extern "C" int mu_fail(int status, const char *fmt, ...);
 
 namespace {
 
-/* the launches' settings: default stream, no PDL, the routes as forced */
-mu_cu_exec g_x = {0, false, 0, 0, MU_CU_ROUTE_AUTO, MU_CU_ROUTE_AUTO, true, nullptr};
+/* the launches' settings: default stream, no PDL, the routes as forced,
+ * clusters as the device's route set allows (mu_cuda_test_clusters) */
+mu_cu_exec g_x = {0, false, 0, 0, MU_CU_ROUTE_AUTO, MU_CU_ROUTE_AUTO, true, nullptr, false};
 
 
 /* Device allocations freed at scope exit. */
@@ -150,6 +151,8 @@ float *split_up(Pool &pool, const float *x, size_t n, int parts, uint32_t seed) 
 }
 
 } // namespace
+
+extern "C" void mu_cuda_test_clusters(int on) { g_x.clusters = on != 0; }
 
 extern "C" void mu_cuda_test_routes(int grid_cap, int flat, int cut, int pair) {
     g_x.mv_grid_cap = grid_cap;

@@ -21,6 +21,9 @@ extern "C" {
  * every SM), gate/up in flat batches and STORE in cut ranges
  * (MU_CU_ROUTE_AUTO / _NEVER / _ALWAYS), paired staging (0: off). */
 void mu_cuda_test_routes(int grid_cap, int flat, int cut, int pair);
+/* Whether the calls below may launch clusters (the paired staging): as
+ * the device's route set says (mu_cuda_features; off by default). */
+void mu_cuda_test_clusters(int on);
 
 /* The K-quant GPU layout and lane arithmetic run on the CPU (cu_kq.cuh):
  * 0 when they agree with the CPU's dequantization; else 1 and msg says

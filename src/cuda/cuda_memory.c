@@ -1,0 +1,88 @@
+/* cuda_memory.c — a session's GPU memory: its plan made from the model and
+ * the settings before anything is uploaded (the arithmetic in
+ * cuda_plan.c), checked against --gpu-mem and the GPU's free memory, and
+ * the ledger of what Muser holds on each GPU, so that the cap covers every
+ * session of the process (weights shared by a model's sessions count
+ * once). */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/cuda_plan.h"
+
+#define LEDGER_DEVICES 64
+static pthread_mutex_t g_ledger_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_held[LEDGER_DEVICES]; /* bytes planned and held, per GPU */
+
+/* Takes bytes on device if held + bytes stays within cap (0: no cap);
+ * *held_before: what was held. false: nothing taken. */
+static bool ledger_take(int device, uint64_t cap, uint64_t bytes, uint64_t *held_before) {
+    if (device < 0 || device >= LEDGER_DEVICES) return false;
+    pthread_mutex_lock(&g_ledger_lock);
+    *held_before = g_held[device];
+    const bool ok = !cap || (g_held[device] <= cap && bytes <= cap - g_held[device]);
+    if (ok) g_held[device] += bytes;
+    pthread_mutex_unlock(&g_ledger_lock);
+    return ok;
+}
+
+void cuda_ledger_release(int device, uint64_t bytes) {
+    if (device < 0 || device >= LEDGER_DEVICES || !bytes) return;
+    pthread_mutex_lock(&g_ledger_lock);
+    g_held[device] = g_held[device] > bytes ? g_held[device] - bytes : 0;
+    pthread_mutex_unlock(&g_ledger_lock);
+}
+
+static uint64_t held_on(int device) {
+    if (device < 0 || device >= LEDGER_DEVICES) return 0;
+    pthread_mutex_lock(&g_ledger_lock);
+    const uint64_t h = g_held[device];
+    pthread_mutex_unlock(&g_ledger_lock);
+    return h;
+}
+
+/* The plan's inputs from the session being created (b: lane, KV type,
+ * whether the weights are resident). */
+static void plan_input(const cuda_backend *b, const mu_session_config *cfg, uint64_t available, mu_gpu_plan_in *in) {
+    const mu_hparams *hp = &b->m->hp;
+    memset(in, 0, sizeof *in);
+    mu_gpu_plan_geometry(b->m, cuda_weight_dev_bytes, mu_cu_rec_bytes(hp->n_layer, b->n_bases > 0 ? b->n_bases : 1,
+                                                                      hp->n_rot), in);
+    const bool resident = b->w != NULL;
+    if (resident) in->weight_bytes = in->norm_bytes = 0;
+    in->cache_resident = resident && b->w->f16bytes > 0;
+    in->n_ctx = cfg->n_ctx, in->n_batch = cfg->n_batch;
+    in->kv_f32 = b->kv_f32, in->fast = b->fast;
+    in->prefill_cache = b->tune.prefill_cache;
+    in->available = available;
+}
+
+int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struct cudaDeviceProp *prop,
+                      mu_gpu_plan *plan) {
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const uint64_t cap = cfg->gpu_mem, held = held_on(b->device);
+    uint64_t available = free_b;
+    if (cap) {
+        const uint64_t left = cap > held ? cap - held : 0;
+        if (left < available) available = left;
+    }
+    mu_gpu_plan_in in;
+    plan_input(b, cfg, available, &in);
+    mu_gpu_plan_make(&in, plan);
+    if (!plan->fits) {
+        char msg[1024];
+        mu_gpu_plan_explain(&in, plan, cap, free_b, b->device, msg, sizeof msg);
+        return mu_fail(MUSER_EBACKEND, "GPU %d (%s): %s", b->device, prop->name, msg);
+    }
+    uint64_t before = 0;
+    if (!ledger_take(b->device, cap, plan->total, &before)) /* (another session took it meanwhile) */
+        return mu_fail(MUSER_EBACKEND, "GPU %d: --gpu-mem %.2f GiB is taken: Muser's sessions hold %.2f GiB and this "
+                       "one needs %.2f GiB", b->device, cap / 1073741824.0, before / 1073741824.0,
+                       plan->total / 1073741824.0);
+    /* the weights' part goes with the weights (shared by the model's sessions) */
+    b->held_bytes = plan->total - plan->weights - plan->f16_cache;
+    b->weights_held = plan->weights + plan->f16_cache;
+    return 0;
+}
