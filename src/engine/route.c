@@ -6,6 +6,10 @@
  *               the allocation;
  *   origin:     everything else (a partially wrapped ring, a plane smaller
  *               than a block): every row goes through the explicit origins.
+ *
+ * Also what every backend's planes share beyond a route: rewinding them
+ * (a drafter's rewind that restarts instead of failing) and checking a
+ * hidden-state capture's layers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,5 +73,20 @@ int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos) {
         if (pos == 0) mu_kv_plane_reset(&planes[l]);
         else mu_kv_truncate(&planes[l], pos);
     }
+    return 0;
+}
+
+void mu_planes_rewind_or_restart(const mu_model *m, mu_kv_plane *planes, int pos) {
+    bool reaches = true;
+    for (int l = 0; l < m->hp.n_layer; l++) reaches = reaches && planes[l].origin_logical + planes[l].len >= pos;
+    if (reaches && mu_planes_truncate(m, planes, pos) == 0) return;
+    mu_clear_error();
+    for (int l = 0; l < m->hp.n_layer; l++) mu_kv_plane_restart(&planes[l], pos);
+}
+
+int mu_capture_check(const mu_model *m, const int *layers, int n) {
+    for (int k = 0; k < n; k++)
+        if (layers[k] < 0 || layers[k] >= m->hp.n_layer)
+            return mu_fail(MUSER_ERANGE, "capture: layer %d is outside the model's %d layers", layers[k], m->hp.n_layer);
     return 0;
 }
