@@ -22,7 +22,8 @@
  *     of 32 and 80 tokens. A verify chunk sums in another order than the
  *     one-row graph, so a difference is accepted only at a near tie of the
  *     plain run (exact lane: margin < 2e-3; fast lane, f16 GEMMs against
- *     int8 matvecs: margin < 0.1, reported).
+ *     int8 matvecs: margin < 0.1, reported);
+ *   tensor parallel (--gpus 1) refuses a drafter with a message.
  *
  * Without a GPU (or nvcc at build time) it exits 77 (skipped). */
 #include <math.h>
@@ -317,6 +318,23 @@ static void test_greedy(muser_model *m, const mu_drafter *d, const int *prompt, 
     }
 }
 
+/* Tensor parallel (--gpus 1: the NCCL path over one GPU) refuses a drafter
+ * by name; skipped where NCCL cannot be loaded. */
+static void test_tp_refuses(muser_model *m, const mu_drafter *d) {
+    muser_session_params sp = muser_session_default_params();
+    sp.backend = MUSER_BACKEND_CUDA, sp.gpus = 1, sp.n_ctx = 256;
+    muser_session *s = NULL;
+    if (muser_session_new(m, &sp, &s) != 0) {
+        printf("tensor parallel: no session (%s): refusal not checked\n", muser_last_error());
+        return;
+    }
+    const int rc = muser_session_set_drafter(s, d, 0);
+    CHECKF(rc == MUSER_EUNSUPPORTED && strstr(muser_last_error(), "cannot verify drafts"),
+           "tensor parallel with a drafter: rc %d, %s", rc, muser_last_error());
+    printf("tensor parallel refuses a drafter: %s\n", muser_last_error());
+    muser_session_free(s);
+}
+
 static void test_fixture(const char *rel, bool local) {
     tl_fixture fx;
     if (!tl_fixture_load(rel, local, &fx)) return;
@@ -331,6 +349,7 @@ static void test_fixture(const char *rel, bool local) {
         test_rollback(fx.model, fx.tokens);
         test_greedy(fx.model, d, fx.tokens, MUSER_LANE_EXACT, MUSER_KV_F32);
         test_greedy(fx.model, d, fx.tokens, MUSER_LANE_FAST, MUSER_KV_F16);
+        test_tp_refuses(fx.model, d);
     }
     mu_drafter_free(d);
     free(img);
