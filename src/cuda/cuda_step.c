@@ -52,13 +52,10 @@ int cuda_fill_records(cuda_backend *b, const muser_token *tokens, int T, int pos
         mu_cu_rec_layer *rl = (mu_cu_rec_layer *)(rec + sizeof(mu_cu_rec_hdr));
         for (int l = 0; l < L; l++) {
             mu_route_decision d;
-            /* causal: the span [pos - visible + 1, pos]; a drafter's block
-             * row also sees the block's later rows, and a drafter that lost
-             * older context (a rewind its rings could not follow) drafts
-             * from what it holds (as cpu_attn.c) */
-            const int64_t last = b->bidirectional ? (int64_t)pos0 + T - 1 : pos;
-            int64_t first = pos - mu_layer_visible(hp, &m->layers[l], pos) + 1;
-            if (b->bidirectional && first < b->planes[l].origin_logical) first = b->planes[l].origin_logical;
+            /* causal, or a drafter's block row that also sees the block's
+             * later rows (the spans every backend's chunks take) */
+            int64_t first, last;
+            mu_attn_span(m, l, &b->planes[l], pos, (int64_t)pos0 + T - 1, b->bidirectional, &first, &last);
             if (!mu_attn_route_select(&b->planes[l], last, last - first + 1, l, &d)) {
                 rc = mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%lld", l,
                              (long long)first, (long long)last);
