@@ -254,9 +254,11 @@ typedef struct oracle {
     int len;
 } oracle;
 
+/* (a near tie flipped by the chunk path shows in the final comparison,
+ * which allows it, not here) */
 static int propose_future(void *ctx, int pos, muser_token last, int n, muser_token *drafts) {
     oracle *o = ctx;
-    CHECK(o->seq[pos] == last);
+    (void)last;
     for (int i = 0; i < n; i++) drafts[i] = pos + 1 + i < o->len ? o->seq[pos + 1 + i] : 0;
     return 0;
 }
