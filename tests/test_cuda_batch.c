@@ -18,8 +18,10 @@
  *     weights (the default up to tuning batch_fast_rows): int8 inputs as in
  *     the one-row decode, so against exact-lane twins its mean KL is at most
  *     1.5x the one-row decode's, and top-1 agrees with it (90%), 4 rows and
- *     17 (launches of several rows each); through the f16 GEMMs
- *     (batch_fast_rows=0): finite logits and top-1 agreement (90%);
+ *     17 (launches of several rows each); on tensor cores (more rows than
+ *     batch_fast_rows without the f16 cache, 5 and 17 rows: the same
+ *     bound); through the f16 GEMMs (batch_fast_rows=0 with batch_mmq=0 or
+ *     prefill_cache=1): finite logits and top-1 agreement (90%);
  *   rows fed one by one (fewer than the exact lane's default 6, or
  *     batch_min_* = 0): bit-identical.
  *
@@ -50,6 +52,13 @@ static muser_session *new_session(const muser_model *m, muser_lane lane, muser_k
     int rc = muser_session_new(m, &sp, &s);
     CHECKF(rc == 0, "session: %s", muser_last_error());
     return rc ? NULL : s;
+}
+
+/* the value of tuning field `name` in a MUSER_CUDA_TUNE string, or def */
+static int tune_value(const char *tune, const char *name, int def) {
+    for (const char *p = tune; p && (p = strstr(p, name)); p++)
+        if ((p == tune || p[-1] == ',') && p[strlen(name)] == '=') return atoi(p + strlen(name) + 1);
+    return def;
 }
 
 static double max_diff(const float *a, const float *b, int V) {
@@ -158,10 +167,11 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     const char *name = lane == MUSER_LANE_FAST ? "fast" : "exact";
     const char *kvn = kv == MUSER_KV_F16 ? "f16" : "f32";
     const char *tune = getenv("MUSER_CUDA_TUNE");
-    const char *fr = tune ? strstr(tune, "batch_fast_rows=") : NULL;
-    const int fast_rows = fr ? atoi(fr + strlen("batch_fast_rows=")) : 7; /* (the tuning's default) */
-    const bool gemm = lane == MUSER_LANE_FAST ? n > fast_rows : !(tune && strstr(tune, "batch_exact_rows=1"));
-    const char *how = gemm ? "GEMMs" : "B-row matvec";
+    const int fast_rows = tune_value(tune, "batch_fast_rows", 7); /* (the tuning's defaults) */
+    const bool cache = tune_value(tune, "prefill_cache", 0) != 0;
+    const bool mmq = lane == MUSER_LANE_FAST && n > fast_rows && tune_value(tune, "batch_mmq", 1) && !cache;
+    const bool gemm = lane == MUSER_LANE_FAST ? n > fast_rows && !mmq : !tune_value(tune, "batch_exact_rows", 0);
+    const char *how = gemm ? "GEMMs" : mmq ? "tensor cores" : "B-row matvec";
     printf("rows %2d, batch %2d, %-5s lane, kv %s, %-12s: max |batched - single| = %.3g, max KL %.3g, top-1 changes "
            "%d / %d",
            n, n_batch, name, kvn, how, worst, worst_kl, top1_diff, rows);
@@ -184,8 +194,8 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     } else if (!gemm) {
         /* the one-row decode's int8 arithmetic: as close to the exact lane */
         CHECKF(kl_batch_ref <= 1.5 * kl_single_ref + 1e-6 * rows && top1_diff * 10 <= rows,
-               "rows %d fast, B-row matvec: mean KL against the exact lane %.3g (the one-row decode's %.3g), %d of %d "
-               "top-1 changes", n, kl_batch_ref / rows, kl_single_ref / rows, top1_diff, rows);
+               "rows %d fast, %s: mean KL against the exact lane %.3g (the one-row decode's %.3g), %d of %d "
+               "top-1 changes", n, how, kl_batch_ref / rows, kl_single_ref / rows, top1_diff, rows);
     } else {
         CHECKF(top1_diff * 10 <= rows, "rows %d fast: %d of %d top-1 changes", n, top1_diff, rows);
     }
@@ -216,13 +226,19 @@ static void run_model(const char *path) {
     batch_vs_single(m, V, 3, MUSER_LANE_EXACT, MUSER_KV_F32, 16, true); /* too few: one by one */
     setenv("MUSER_CUDA_TUNE", "batch_fast_rows=32", 1); /* 17 rows: two launches */
     batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
+    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=2", 1); /* tensor cores (the default without the f16 cache): tiles
+                                                          of 8 and 32 tokens */
+    batch_vs_single(m, V, 5, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
+    batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
     setenv("MUSER_CUDA_TUNE", "batch_min_fast=2,batch_min_exact=2", 1);
     batch_vs_single(m, V, 2, MUSER_LANE_EXACT, MUSER_KV_F32, 16, false);
     batch_vs_single(m, V, 7, MUSER_LANE_EXACT, MUSER_KV_F32, 3, false); /* chunks of 3 + 3 + 1 */
     setenv("MUSER_CUDA_TUNE", "batch_min_fast=2,batch_min_exact=2,batch_exact_rows=1", 1);
     batch_vs_single(m, V, 5, MUSER_LANE_EXACT, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 17, MUSER_LANE_EXACT, MUSER_KV_F32, 32, false); /* two B-row launches */
-    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=0", 1);
+    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=0,batch_mmq=0", 1); /* GEMMs, weights dequantized each step */
+    batch_vs_single(m, V, 4, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
+    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=0,prefill_cache=1", 1); /* GEMMs over the f16 cache */
     batch_vs_single(m, V, 4, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
     setenv("MUSER_CUDA_TUNE", "batch_min_fast=0,batch_min_exact=0", 1);
     batch_vs_single(m, V, 3, MUSER_LANE_FAST, MUSER_KV_F16, 16, true);

@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(128) attn_f32_kernel(const __grid_constant__ m
 #pragma unroll
     for (int h = 0; h < AF_MAXQ; h++) acc[h] = 0.f;
     const int64_t row_elems = (int64_t)a.n_head_kv * 128;
+    const void *const kplane = token_plane(a.kc, a.kc_rows, t), *const vplane = token_plane(a.vc, a.vc_rows, t);
     for (int64_t tile = 0; tile < nr; tile += 32) {
         __syncthreads();
         for (int j = 0; j < 32; j++) {
@@ -72,11 +73,11 @@ __global__ void __launch_bounds__(128) attn_f32_kernel(const __grid_constant__ m
             if (i < nr) {
                 const int64_t off = row_slot(lt, r0 + i, a.capacity) * row_elems + g * 128 + tid;
                 if (KVF32) {
-                    kv = ((const float *)a.kc)[off];
-                    vv = ((const float *)a.vc)[off];
+                    kv = ((const float *)kplane)[off];
+                    vv = ((const float *)vplane)[off];
                 } else {
-                    kv = f16_to_f32(((const uint16_t *)a.kc)[off]);
-                    vv = f16_to_f32(((const uint16_t *)a.vc)[off]);
+                    kv = f16_to_f32(((const uint16_t *)kplane)[off]);
+                    vv = f16_to_f32(((const uint16_t *)vplane)[off]);
                 }
             }
             ks[j][tid] = kv;
@@ -179,7 +180,8 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(const __grid_constant__ m
     splitk_owned(lt.n_visible, S, s, r0, nr);
     const int h0 = g * per_kv;
     const int64_t row_elems = (int64_t)a.n_head_kv * 128;
-    const uint16_t *kc = (const uint16_t *)a.kc + g * 128, *vc = (const uint16_t *)a.vc + g * 128;
+    const uint16_t *kc = (const uint16_t *)token_plane(a.kc, a.kc_rows, t) + g * 128,
+                   *vc = (const uint16_t *)token_plane(a.vc, a.vc_rows, t) + g * 128;
     const int64_t steps = (nr + 15) / 16;
 
     /* this thread's chunk c of ring stage k */

@@ -24,6 +24,9 @@ typedef struct mu_cu_qkv_post {
     float eps;
     float *qn;             /* [T][n_head][head_dim]                       */
     void *kc, *vc;
+    void *const *kc_rows, *const *vc_rows; /* [T] device: token t's planes (the rows of a
+                                              batched step, each its session's), or NULL:
+                                              kc, vc for every token */
     int kv_f32;
     mu_cu_recs recs;
 } mu_cu_qkv_post;
@@ -35,6 +38,8 @@ typedef struct mu_cu_attn {
     int kv_f32;
     int64_t capacity;      /* rows of the plane                         */
     void *kc, *vc;         /* planes [capacity][n_head_kv*head_dim]     */
+    void *const *kc_rows, *const *vc_rows; /* as mu_cu_qkv_post's (every plane of
+                                              the same capacity)    */
     const float *q;        /* [T][n_head][head_dim], after QK-norm/RoPE */
     float scale_log2;      /* attn_scale * log2(e)                      */
     int split_cap;         /* splits per (token, kv head) at most       */

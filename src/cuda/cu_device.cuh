@@ -331,6 +331,9 @@ __device__ __forceinline__ void qkv_post_values(const mu_cu_qkv_post &a, int t, 
     qkv_post_finish(a, buf, isq ? a.q_norm : a.k_norm, a.use_rope ? rec_rope(a.recs, t, a.base_index) : nullptr, x);
 }
 
+/* Token t's K or V plane: its own in a batched step of several sessions. */
+__device__ __forceinline__ void *token_plane(void *plane, void *const *rows, int t) { return rows ? rows[t] : plane; }
+
 /* Stores what qkv_post_values computed: a query head into qn; a KV head
  * appended to the K plane (and with_v, V to the V plane) at the token's slot. */
 __device__ __forceinline__ void qkv_post_store(const mu_cu_qkv_post &a, int t, int hh, const float x[4],
@@ -345,17 +348,18 @@ __device__ __forceinline__ void qkv_post_store(const mu_cu_qkv_post &a, int t, i
     }
     const mu_cu_rec_layer lt = rec_layer(a.recs, t, a.layer);
     const int64_t off = (int64_t)lt.slot * a.n_head_kv * 128 + head * 128 + 4 * lane;
+    void *const kplane = token_plane(a.kc, a.kc_rows, t), *const vplane = token_plane(a.vc, a.vc_rows, t);
     if (a.kv_f32) {
-        *reinterpret_cast<float4 *>((float *)a.kc + off) = make_float4(x[0], x[1], x[2], x[3]);
+        *reinterpret_cast<float4 *>((float *)kplane + off) = make_float4(x[0], x[1], x[2], x[3]);
     } else {
-        uint16_t *kc = (uint16_t *)a.kc + off;
+        uint16_t *kc = (uint16_t *)kplane + off;
         kc[0] = f32_to_f16(x[0]), kc[1] = f32_to_f16(x[1]), kc[2] = f32_to_f16(x[2]), kc[3] = f32_to_f16(x[3]);
     }
     if (!with_v) return;
     if (a.kv_f32) {
-        *reinterpret_cast<float4 *>((float *)a.vc + off) = v;
+        *reinterpret_cast<float4 *>((float *)vplane + off) = v;
     } else {
-        uint16_t *vc = (uint16_t *)a.vc + off;
+        uint16_t *vc = (uint16_t *)vplane + off;
         vc[0] = f32_to_f16(v.x), vc[1] = f32_to_f16(v.y), vc[2] = f32_to_f16(v.z), vc[3] = f32_to_f16(v.w);
     }
 }

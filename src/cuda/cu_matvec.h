@@ -126,11 +126,24 @@ typedef struct mu_cu_mvr {
                               (f32, quantized while staged)                  */
     int64_t ldx;           /* elements between rows of x and q (ds: ldx / 8 floats) */
     int nrows;
+    float *part;           /* mu_cu_mmq_set: room for the partial sums of K split over
+                              more warps (NULL: no split)                      */
+    int64_t part_cap;      /* floats at part                                   */
 } mu_cu_mvr;
 /* Whether the fast B-row matvec takes weights of this type and column
  * count (a type it has a kernel for; one row's staged input fits). */
 int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_input);
 cudaError_t mu_cu_matvec_rows_fast(const mu_cu_mvr *a, const mu_cu_exec *x);
+
+/* Batched fast lane on tensor cores (cu_mmq.cu), K-quants: y[t][r] =
+ * W[r] . x~[t] for t < T, x~ the int8 groups of 16 (q [T][ldx], ds
+ * [T][ldx/16][2]); any T, in tiles of up to 32 tokens. */
+int mu_cu_mmq_ok(uint32_t type, int64_t cols);
+/* The same over the segments of a (one type and column count; act.q and
+ * act.ds the int8 groups, nrows the tokens): one launch. */
+cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x);
+cudaError_t mu_cu_mmq(const mu_cu_weight *w, const int8_t *q, const float *ds, int64_t ldx, float *y, int64_t ldy,
+                      int T, const mu_cu_exec *x);
 
 #ifdef __cplusplus
 }

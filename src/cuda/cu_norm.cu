@@ -82,6 +82,25 @@ extern "C" cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, 
     return launch_pdl(swiglu_kernel, dim3(1024), dim3(256), 0, x, g, u, h, n * T);
 }
 
+/* int8 groups of 16 (the fast lane's activations) of T rows of n, n a
+ * multiple of 32: the batched steps' inputs of Wo and ffn down on tensor
+ * cores. One warp a 32-element block, the tails' arithmetic. */
+__global__ void quantize_rows_kernel(const float *x, int8_t *q, float *ds, int64_t blocks) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t blk = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    if (blk >= blocks) return;
+    quantize_block_warp(x[blk * 32 + (threadIdx.x & 31)], q + blk * 32, ds + blk * 4);
+}
+
+extern "C" cudaError_t mu_cu_quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T,
+                                           const mu_cu_exec *ex) {
+    if (n % 32) return cudaErrorInvalidValue;
+    const int64_t blocks = n * T / 32;
+    return launch_pdl(quantize_rows_kernel, dim3((unsigned)((blocks * 32 + 255) / 256)), dim3(256), 0, ex, x, q, ds,
+                      blocks);
+}
+
 __global__ void logits_finish_kernel(float *x, int64_t n, float scale, float softcap) {
     pdl_trigger(); /* the next grid may launch now; it waits for this one to finish */
     pdl_wait();

@@ -181,8 +181,9 @@ cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, const mu_cu_exec *x);
 cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, const mu_cu_exec *x);
 /* logits = cap * tanh(scale * logits / cap) over n values. */
 cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float softcap, const mu_cu_exec *x);
-/* int8 blocks (fast-lane activations) of T rows of n (tests). */
-cudaError_t mu_cu_quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, cudaStream_t s);
+/* int8 groups of 16 (fast-lane activations: q [T][n], ds [T][n/16][2]) of
+ * T rows of n, n a multiple of 32. */
+cudaError_t mu_cu_quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, const mu_cu_exec *ex);
 /* Fills n values (f32 or f16) with random finite numbers (bench depth, copy benchmark). */
 cudaError_t mu_cu_fill_random(void *dst, int64_t n, bool f32, uint64_t seed, float scale, cudaStream_t s);
 /* The addresses of (window, offset) on ranks 0..n-1 of the window's LSA

@@ -170,55 +170,73 @@ extern "C" cudaError_t mu_cu_repack(const mu_cu_weight *w, const void *raw, int6
     return cudaGetLastError();
 }
 
-/* Dequantization runs in spans: a block's threads each dequantize one item
- * (a K-quant lane-block: half of a 256-weight block; a unit) into shared
- * memory, then the block writes the span's elements, contiguous in dst (rows
- * of cols one after another), in 16-byte stores. (Each thread storing its
- * own values scattered 2- and 4-byte stores over 32 lines an instruction:
- * prefill without the f16 cache spent most of its time there.) */
+/* Dequantization runs in spans: a block's threads dequantize a span of
+ * items (a K-quant block of 256 weights, two threads each; a unit, one
+ * thread) into shared memory, each item's words followed by a pad word, so
+ * that the threads of a warp, each on its own item, store to distinct banks;
+ * then the block writes the span, contiguous in dst (rows of cols one after
+ * another), in coalesced 4-byte stores. (Each thread storing its own values
+ * scattered 2-byte stores over 32 lines an instruction; unpadded, they hit
+ * one bank 32 times: prefill without the f16 cache spent most of its time
+ * in either.) */
 #define DQ_SPAN_BYTES 32768
+#define DQ_SPAN_WORDS (DQ_SPAN_BYTES / 4 + 64) /* the span and its pad words */
 
-/* Elements [first, first + count) of dst from the span (dst + first is
- * 16-byte aligned: spans start at multiples of their power-of-two size). */
+/* n_items items of wpi words (a power of two), each followed by pad words
+ * in the span, to dst */
 template <class O>
-__device__ void dq_span_store(const uint4 *sbuf, O *dst, int64_t first, int64_t count) {
-    uint4 *out = reinterpret_cast<uint4 *>(dst + first);
-    constexpr int PER = 16 / (int)sizeof(O);
-    const int n = (int)(count / PER);
-    for (int k = threadIdx.x; k < n; k += blockDim.x) out[k] = sbuf[k];
-    const O *sv = reinterpret_cast<const O *>(sbuf);
-    for (int64_t e = (int64_t)n * PER + threadIdx.x; e < count; e += blockDim.x) dst[first + e] = sv[e];
+__device__ void dq_span_store(const uint32_t *sw, O *dst, int64_t first_el, int n_items, int wpi, int pad) {
+    uint32_t *out = reinterpret_cast<uint32_t *>(dst + first_el);
+    const int lg = __ffs(wpi) - 1, nw = n_items << lg;
+    for (int w = threadIdx.x; w < nw; w += blockDim.x) out[w] = sw[(w >> lg) * (wpi + pad) + (w & (wpi - 1))];
 }
 
+/* Whether a unit's decoder writes only its own elements (u * E .. u * E +
+ * E - 1 of the row), so items can sit apart in the span. Q2_K's and Q3_K's
+ * units each write elements across their 256-weight block: their spans hold
+ * whole blocks unpadded. */
+template <class TT>
+struct DqOwnElements {
+    static constexpr bool value = true;
+};
+template <>
+struct DqOwnElements<TIv<MU_TYPE_Q2_K>> {
+    static constexpr bool value = false;
+};
+template <>
+struct DqOwnElements<TIv<MU_TYPE_Q3_K>> {
+    static constexpr bool value = false;
+};
+
 template <uint32_t TYPE, class O>
-__device__ void kq_dequant_rows(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst, uint4 *sbuf) {
-    constexpr int ITEMS = DQ_SPAN_BYTES / (128 * (int)sizeof(O)); /* lane-blocks a span (even) */
-    const int64_t nb = w.cols >> 8, total = nrows * nb * 2;
-    O *sv = reinterpret_cast<O *>(sbuf);
-    for (int64_t i0 = blockIdx.x * (int64_t)ITEMS; i0 < total; i0 += (int64_t)gridDim.x * ITEMS) {
-        const int64_t i = i0 + threadIdx.x;
-        if (threadIdx.x < ITEMS && i < total) {
-            const int64_t rr = i / (nb * 2);
-            const int b = (int)((i >> 1) % nb), c0 = (int)(i & 1);
+__device__ void kq_dequant_rows(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst, uint32_t *sw) {
+    constexpr int WPB = 256 * (int)sizeof(O) / 4;                 /* words a block */
+    constexpr int NBLK = DQ_SPAN_BYTES / (256 * (int)sizeof(O));  /* blocks a span */
+    const int64_t nb = w.cols >> 8, total = nrows * nb;
+    const int t = threadIdx.x, slot = t % NBLK, c0 = t / NBLK; /* a warp: 32 blocks, one half each */
+    for (int64_t g0 = blockIdx.x * (int64_t)NBLK; g0 < total; g0 += (int64_t)gridDim.x * NBLK) {
+        const int64_t g = g0 + slot;
+        if (t < 2 * NBLK && g < total) {
             KqLane<uint4> L;
-            kq_load<TYPE>(L, w, r0 + rr, b, c0);
-            O *out = sv + (int64_t)(threadIdx.x >> 1) * 256;
+            kq_load<TYPE>(L, w, r0 + g / nb, (int)(g % nb), c0);
+            O *out = reinterpret_cast<O *>(sw + slot * (WPB + 1));
             kq_dequant<TYPE>(L, c0, [&](int e, float v) { put(out, e, v); });
         }
         __syncthreads();
-        const int64_t n = total - i0 < ITEMS ? total - i0 : ITEMS;
-        dq_span_store(sbuf, dst, (i0 >> 1) * 256, (n >> 1) * 256);
+        const int n = total - g0 < NBLK ? (int)(total - g0) : NBLK;
+        dq_span_store(sw, dst, g0 * 256, n, WPB, 1);
         __syncthreads();
     }
 }
 
 template <class TT, class O>
-__device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst, uint4 *sbuf) {
+__device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, O *dst, uint32_t *sw) {
     const int64_t upr = TT::units(w.cols), total = nrows * upr;
-    const int64_t E = w.cols / upr; /* elements a unit (16 or 32) */
-    int items = (int)(DQ_SPAN_BYTES / (E * (int64_t)sizeof(O)));
+    const int E = (int)(w.cols / upr), wpi = E * (int)sizeof(O) / 4; /* elements and words a unit */
+    constexpr int pad = DqOwnElements<TT>::value ? 1 : 0;
+    /* unpadded: DQ_SPAN_BYTES / 4 / wpi items (a power of two: whole blocks) */
+    int items = pad ? DQ_SPAN_WORDS / (wpi + 1) : DQ_SPAN_BYTES / 4 / wpi;
     if (items > (int)blockDim.x) items = (int)blockDim.x;
-    O *sv = reinterpret_cast<O *>(sbuf);
     for (int64_t i0 = blockIdx.x * (int64_t)items; i0 < total; i0 += (int64_t)gridDim.x * items) {
         const int64_t i = i0 + threadIdx.x;
         if ((int)threadIdx.x < items && i < total) {
@@ -226,12 +244,12 @@ __device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, 
             const int u = (int)(i % upr);
             const RowCtx rc = TT::row(w, r0 + rr);
             const uint4 v = ld_stream(TT::ptr(rc, u));
-            /* the decoder writes element u * E + k of its row: placed at this item's span slot */
-            TT::dequant(rc, u, v, sv + (int64_t)threadIdx.x * E - (int64_t)u * E);
+            /* the decoder writes element u * E + k of its row: placed at this item's slot */
+            TT::dequant(rc, u, v, reinterpret_cast<O *>(sw + threadIdx.x * (wpi + pad)) - (int64_t)u * E);
         }
         __syncthreads();
-        const int64_t n = total - i0 < items ? total - i0 : items;
-        dq_span_store(sbuf, dst, i0 * E, n * E);
+        const int n = total - i0 < items ? (int)(total - i0) : items;
+        dq_span_store(sw, dst, i0 * E, n, wpi, pad);
         __syncthreads();
     }
 }
@@ -239,7 +257,7 @@ __device__ void dequant_units(const mu_cu_weight &w, int64_t r0, int64_t nrows, 
 template <class O>
 __global__ void __launch_bounds__(256) dequant_kernel(const __grid_constant__ mu_cu_weight w, int64_t r0,
                                                       int64_t nrows, O *dst) {
-    __shared__ uint4 sbuf[DQ_SPAN_BYTES / 16]; /* the span's elements, as in dst */
+    __shared__ uint32_t sbuf[DQ_SPAN_WORDS]; /* the span's items, a pad word after each */
     switch (w.type) {
     case MU_TYPE_Q4_K: kq_dequant_rows<MU_TYPE_Q4_K, O>(w, r0, nrows, dst, sbuf); break;
     case MU_TYPE_Q5_K: kq_dequant_rows<MU_TYPE_Q5_K, O>(w, r0, nrows, dst, sbuf); break;

@@ -141,13 +141,15 @@ void cuda_rank_free(cuda_backend *b) {
             cudaFree(b->kc[l]);
             cudaFree(b->vc[l]);
         }
-    void *dev[] = {b->d_rec, b->h,      b->h2,     b->ax,     b->aq,     b->ads,       b->ax2,  b->aq2,
-                   b->ads2,  b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,    b->oq,
-                   b->ods,   b->t,      b->ff,     b->fu,     b->a16,    b->o16,       b->f16b, b->part_m,
-                   b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters, b->wtmp, b->d_feat};
+    void *dev[] = {b->d_rec,  b->h,      b->h2,     b->ax,     b->aq,     b->ads,       b->ax2,       b->aq2,
+                   b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
+                   b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
+                   b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
+                   b->wtmp,   b->d_planes, b->mmq_part, b->d_feat};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
+    if (b->h_planes) cudaFreeHost(b->h_planes);
     if (b->h_best) cudaFreeHost(b->h_best);
     if (b->h_logits) cudaFreeHost(b->h_logits);
     if (b->h_feat) cudaFreeHost(b->h_feat);
@@ -424,15 +426,17 @@ static void describe(cuda_backend *b, const struct cudaDeviceProp *prop, uint64_
 
 /* Bytes of the activation buffers (rank_new allocates them). */
 static uint64_t activation_bytes(const cuda_backend *b, int64_t parts) {
-    const uint64_t T = (uint64_t)b->T_max;
-    return T * 4 * (uint64_t)(3 * b->E + 4 * b->Q + 2 * b->KVD + 2 * b->F) + T * 2 * (uint64_t)(b->E + b->Q + b->F) +
-           T * (uint64_t)b->E * 2 + (uint64_t)parts * (2 + 128) * 4 + (uint64_t)b->V * 4 + b->wtmp_bytes;
+    const uint64_t T = (uint64_t)b->T_max, QF = (uint64_t)(b->Q > b->F ? b->Q : b->F);
+    return T * QF * 3 / 2 + (uint64_t)CUDA_MMQ_PART * 4 + T * 4 * (uint64_t)(3 * b->E + 4 * b->Q + 2 * b->KVD + 2 * b->F) +
+           T * 2 * (uint64_t)(b->E + b->Q + b->F) + T * (uint64_t)b->E * 2 + (uint64_t)parts * (2 + 128) * 4 +
+           T * 2 * (uint64_t)b->m->hp.n_layer * sizeof(void *) + (uint64_t)b->V * 4 + b->wtmp_bytes;
 }
 
 static int alloc_activations(cuda_backend *b, int64_t parts) {
     const uint64_t T = (uint64_t)b->T_max, L = (uint64_t)b->m->hp.n_layer;
     const uint64_t T8 = T > 8 ? T : 8; /* decode: up to 8 partial sums of the split ffn down */
     const uint64_t Tp = T > MU_CU_BATCH_PARTS_MAX ? T : MU_CU_BATCH_PARTS_MAX; /* decode: q, k, v, gate in parts */
+    const uint64_t QF = (uint64_t)(b->Q > b->F ? b->Q : b->F);
     int rc = 0;
 #define DA(ptr, n, sz) \
     if (!rc) rc = cuda_dalloc((void **)&b->ptr, (size_t)(n) * (sz), "activations")
@@ -452,6 +456,9 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     DA(o, T * b->Q, 4);
     DA(oq, b->Q, 1);
     DA(ods, b->Q / 8, 4);
+    DA(bq, T * QF, 1);
+    DA(bds, T * QF / 8, 4);
+    DA(mmq_part, CUDA_MMQ_PART, 4);
     DA(t, T8 * b->E, 4);
     DA(ff, T * b->F, 4);
     DA(fu, T * b->F, 4);
@@ -465,11 +472,13 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     DA(d_best, 1, 8);
     DA(counters, 2 * L, 4);
     DA(d_rec, T * (uint64_t)b->rec_stride, 1);
+    DA(d_planes, L * 2 * T, sizeof(void *));
 #undef DA
     if (rc) return rc;
     CU_CHECK(cudaMemsetAsync(b->counters, 0, sizeof(unsigned) * 2 * L, b->exec.stream));
     if (cudaHostAlloc((void **)&b->h_rec, (size_t)b->rec_stride * T, cudaHostAllocDefault) != cudaSuccess ||
         cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
+        cudaHostAlloc((void **)&b->h_planes, sizeof(void *) * L * 2 * T, cudaHostAllocDefault) != cudaSuccess ||
         cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess)
         return mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
     memset(b->h_rec, 0, (size_t)b->rec_stride * T);
@@ -521,6 +530,7 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     b->split_pre = b->split_dec < SPLIT_CAP_PREFILL ? b->split_dec : SPLIT_CAP_PREFILL;
     int64_t parts = (int64_t)hp->n_head * b->split_dec;
     if ((int64_t)b->T_max * hp->n_head * b->split_pre > parts) parts = (int64_t)b->T_max * hp->n_head * b->split_pre;
+    b->n_parts = parts;
     b->wtmp_bytes = (size_t)(b->fast ? 2 : 4) * (size_t)max_elems;
     if (b->wtmp_bytes < (64u << 20)) b->wtmp_bytes = 64u << 20;
     const uint64_t act_bytes = activation_bytes(b, parts);

@@ -15,6 +15,7 @@ typedef enum {
     MM_GEMM,       /* the prefill GEMMs (fast lane: f16 inputs; exact lane: f32) */
     MM_EXACT_ROWS, /* exact lane: the B-row matvec, f32 inputs, each row's one-row arithmetic */
     MM_FAST_ROWS,  /* fast lane: the B-row matvec, int8 inputs staged per row */
+    MM_MMQ,        /* fast lane: int8 inputs times the K-quants on tensor cores (mu_cu_mmq) */
 } mm_route;
 
 /* The fast lane takes the B-row matvec up to tune.batch_fast_rows rows,
@@ -32,25 +33,31 @@ static bool fast_rows_every_matrix(const cu_weights *W, int n_layer) {
     return mu_cu_matvec_rows_fast_ok(W->output.type, W->output.cols, 0);
 }
 
-static bool fast_rows_ok(const cuda_backend *b, int T) {
-    if (T > b->tune.batch_fast_rows) return false;
+static bool fast_rows_every(const cuda_backend *b) {
     if (!b->w->fast_rows) b->w->fast_rows = fast_rows_every_matrix(b->w, b->m->hp.n_layer) ? 1 : 2;
     return b->w->fast_rows == 1;
 }
 
+/* Fast lane: up to batch_fast_rows rows the B-row matvec; more the GEMMs
+ * over the f16 cache where it is resident, else on tensor cores where
+ * batch_mmq (the matrices without a tensor-core kernel through the B-row
+ * matvec), else GEMMs over weights dequantized every step. */
 static mm_route batch_route(const cuda_backend *b, int T) {
     if (!b->fast) return b->tune.batch_exact_rows ? MM_EXACT_ROWS : MM_GEMM;
-    return fast_rows_ok(b, T) ? MM_FAST_ROWS : MM_GEMM;
+    if (!fast_rows_every(b)) return MM_GEMM;
+    if (T <= b->tune.batch_fast_rows) return MM_FAST_ROWS;
+    return b->tune.batch_mmq && !b->w->f16mem ? MM_MMQ : MM_GEMM;
 }
 
 /* Y_k = A . W_k^T for T rows and the n matrices of one input (row strides
  * ldx of A, ldy[k] of Y_k). A: f16 [T][ldx] (MM_GEMM, fast lane), f32
  * [T][ldx] (exact lane; MM_FAST_ROWS with aq NULL: quantized while staged),
- * with aq/ads its int8 groups where the producer wrote them. MM_FAST_ROWS
- * runs the matrices of one type in one launch. */
+ * with aq/ads its int8 groups where the producer wrote them (MM_MMQ: always).
+ * MM_FAST_ROWS and MM_MMQ run the matrices of one type in one launch (MM_MMQ
+ * those without a tensor-core kernel as MM_FAST_ROWS). */
 static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws, float *const *ys,
                   const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
-    if (route != MM_FAST_ROWS) {
+    if (route == MM_GEMM || route == MM_EXACT_ROWS) {
         for (int k = 0; k < n; k++) {
             const mu_cu_weight *w = ws[k];
             if (route == MM_GEMM) RC(cuda_gemm_all(b, w, A, ys[k], ldy[k], T));
@@ -66,6 +73,8 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
         r.act = cuda_act(aq ? NULL : (const float *)A, aq, ads);
         r.ldx = ldx;
         r.nrows = T;
+        r.part = b->mmq_part;
+        r.part_cap = CUDA_MMQ_PART;
         for (int j = k; j < n; j++) {
             if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
             r.seg[r.nseg].w = *ws[j];
@@ -73,7 +82,8 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
             r.seg[r.nseg++].ldy = ldy[j];
             done[j] = true;
         }
-        CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
+        if (route == MM_MMQ && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmq_set(&r, &b->exec));
+        else CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
     }
     return 0;
 }
@@ -101,16 +111,51 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
     return cuda_attention(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false, NULL, 1);
 }
 
+/* Layer l's attention for all T rows of a batched step in one launch each
+ * (QK-norm + RoPE + append, split-K attention, merge + gate), every row over
+ * its own session's planes (d_planes), at most `cap` splits a row. */
+static int batch_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out) {
+    void *const *kc_rows = b->d_planes + (int64_t)l * 2 * T, *const *vc_rows = kc_rows + T;
+    mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
+    qp.kc_rows = kc_rows;
+    qp.vc_rows = vc_rows;
+    CU_CHECK(mu_cu_qkv_post_launch(&qp, &b->exec));
+    return cuda_attention_rows(b, l, T, cap, f16_out, kc_rows, vc_rows);
+}
+
+/* Splits a row of a batched step's one-launch attention may take (the
+ * partial buffers hold n_parts), 0 where the rows' planes differ in
+ * capacity (then a launch per row). */
+static int rows_attention_cap(cuda_backend *const *rows, int T) {
+    const cuda_backend *b = rows[0];
+    for (int i = 1; i < T; i++)
+        for (int l = 0; l < b->m->hp.n_layer; l++)
+            if (rows[i]->planes[l].capacity != b->planes[l].capacity) return 0;
+    const int64_t fit = b->n_parts / ((int64_t)T * b->m->hp.n_head);
+    return (int)(fit < b->split_dec ? fit : b->split_dec);
+}
+
 /* The batched step; logits of row i in row i of logits_all. */
 static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     const mu_hparams *hp = &b->m->hp;
     const mu_cu_exec *x = &b->exec;
     const mm_route route = batch_route(b, T);
     const bool f16 = b->fast && route == MM_GEMM; /* f16 inputs for the GEMMs */
-    const bool rows8 = route == MM_FAST_ROWS;     /* the normed inputs' int8 groups */
+    const bool rows8 = route == MM_FAST_ROWS || route == MM_MMQ; /* the normed inputs' int8 groups */
+    const bool mmq = route == MM_MMQ; /* Wo's and down's inputs quantized into bq */
     const int8_t *aq = rows8 ? b->aq : NULL;
     const float *ads = rows8 ? b->ads : NULL;
+    const int cap = rows_attention_cap(rows, T);
     CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
+    if (cap > 0) { /* every row's planes, layer by layer: [L][K, V][T] */
+        for (int l = 0; l < hp->n_layer; l++)
+            for (int i = 0; i < T; i++) {
+                b->h_planes[((int64_t)l * 2 + 0) * T + i] = rows[i]->kc[l];
+                b->h_planes[((int64_t)l * 2 + 1) * T + i] = rows[i]->vc[l];
+            }
+        CU_CHECK(cudaMemcpyAsync(b->d_planes, b->h_planes, sizeof(void *) * 2 * (size_t)hp->n_layer * T,
+                                 cudaMemcpyHostToDevice, x->stream));
+    }
     mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f16);
     rn.embd_norm = hp->embd_norm;
     CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
@@ -121,16 +166,21 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         float *const qkvg_y[] = {b->q, b->k, b->v, b->g};
         const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
         RC(mm_set(b, route, qkvg, qkvg_y, qkvg_ld, 4, A, aq, ads, b->E, T));
-        for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
-        RC(mm_one(b, route, &D->wo, b->t, b->E, f16 ? (const void *)b->o16 : (const void *)b->o, NULL, NULL, b->Q, T));
+        if (cap > 0) RC(batch_attention_rows(b, l, T, cap, f16));
+        else
+            for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
+        if (mmq) CU_CHECK(mu_cu_quantize_rows(b->o, b->bq, b->bds, b->Q, T, x));
+        RC(mm_one(b, route, &D->wo, b->t, b->E, f16 ? (const void *)b->o16 : (const void *)b->o, mmq ? b->bq : NULL,
+                  mmq ? b->bds : NULL, b->Q, T));
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
         float *const gu_y[] = {b->ff, b->fu};
         const int64_t gu_ld[] = {b->F, b->F};
         RC(mm_set(b, route, gu, gu_y, gu_ld, 2, A, aq, ads, b->E, T));
         CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f16 ? b->f16b : NULL, b->F, T, x));
-        RC(mm_one(b, route, &D->ffn_down, b->t, b->E, f16 ? (const void *)b->f16b : (const void *)b->ff, NULL, NULL,
-                  b->F, T));
+        if (mmq) CU_CHECK(mu_cu_quantize_rows(b->ff, b->bq, b->bds, b->F, T, x));
+        RC(mm_one(b, route, &D->ffn_down, b->t, b->E, f16 ? (const void *)b->f16b : (const void *)b->ff,
+                  mmq ? b->bq : NULL, mmq ? b->bds : NULL, b->F, T));
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_ffn_norm, next, f16), T, x));
     }

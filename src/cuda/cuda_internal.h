@@ -104,6 +104,10 @@ typedef struct prof_state {
  * (T_max, the session's batch); E = n_embd, Q = n_head x head_dim, KVD =
  * n_head_kv x head_dim, F = n_ff, V = n_vocab; L = n_layer. Activations are
  * f32 unless said. */
+/* floats of partial sums for the tensor-core batch's K splits (decode-size
+ * batches: 4 splits of q, k, v and the gate of the 30B over 32 rows need 1.1 M) */
+#define CUDA_MMQ_PART (2 << 20)
+
 typedef struct cuda_backend {
     mu_backend base;
     const mu_model *m;
@@ -133,6 +137,9 @@ typedef struct cuda_backend {
     /* step records: one per row, rec_stride bytes (cu_shared.h) */
     int64_t rec_stride;
     uint8_t *h_rec, *d_rec; /* [T][rec_stride], pinned host and device            */
+    void **h_planes, **d_planes; /* [L][2][T] batched steps: row i's K and V planes of layer l
+                                    (its session's), pinned host and device    */
+    int64_t n_parts;      /* the split-K partials part_m, part_l, part_o hold      */
     /* activations */
     float *h;             /* [T][E] the residual stream                           */
     float *h2;            /* [E] decode, norm_in: the residual's other buffer (boundary k reads one, writes the other) */
@@ -149,6 +156,10 @@ typedef struct cuda_backend {
     float *o;             /* [T][Q] the gated attention output                     */
     int8_t *oq;           /* [Q] its int8 groups (decode, fast lane: Wo's input)   */
     float *ods;           /* [Q/16][2]                                             */
+    int8_t *bq;           /* [T][max(Q, F)] batched steps on tensor cores: the int8 groups of
+                             Wo's and down's inputs                                   */
+    float *bds;           /* [T][max(Q, F)/16][2]                                    */
+    float *mmq_part;      /* [CUDA_MMQ_PART] partial sums of the tensor-core batch's K splits */
     float *t, *t2;        /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
                              partial sums. t2: [E] down's, tensor parallel with the fused all-reduce */
     float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */
@@ -252,6 +263,8 @@ mu_cu_qkv_post cuda_qkv_post(const cuda_backend *b, int l, int T);
 mu_cu_attn_decode cuda_attn_decode(const cuda_backend *b, int l, const mu_cu_qkv_post *qp, bool quant_out);
 int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
                    prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts);
+int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, void *const *kc_rows,
+                        void *const *vc_rows);
 void cuda_mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act);
 void cuda_mv_seg(mu_cu_mv *a, const mu_cu_weight *w, float *y);
 int cuda_head_matvec(cuda_backend *b, int row, bool decode, prof_state *p);

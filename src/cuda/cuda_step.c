@@ -226,6 +226,21 @@ int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_
     return 0;
 }
 
+/* Split-K attention of a batched step's T rows in one launch, row i over
+ * its own session's planes (kc_rows[i], vc_rows[i]: device arrays, every
+ * plane of b's capacity), then the merge + gate into o (o16). */
+int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, void *const *kc_rows,
+                        void *const *vc_rows) {
+    mu_cu_attn a;
+    mu_cu_reduce r;
+    attn_structs(b, b, l, T, 0, cuda_recs(b), cap, f16_out, false, 1, &a, &r);
+    a.kc_rows = kc_rows;
+    a.vc_rows = vc_rows;
+    CU_CHECK(mu_cu_attention(&a, b->tune.mma_attention && !b->kv_f32, &b->exec));
+    CU_CHECK(mu_cu_attn_reduce(&r, &b->exec));
+    return 0;
+}
+
 void cuda_mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act) {
     memset(a, 0, sizeof *a);
     a->lane = b->fast ? MU_CU_LANE_FAST : MU_CU_LANE_EXACT;

@@ -24,7 +24,8 @@ const mu_cuda_tuning mu_cuda_tuning_default = {
     .batch_min_exact = 6,
     .batch_exact_rows = 0,
     .batch_fast_rows = 7,
-    .prefill_cache = -1,
+    .batch_mmq = 1,
+    .prefill_cache = 0,
     .tp_symmetric = 1,
     .tp_fused = 1,
 };
@@ -52,6 +53,7 @@ static const field fields[] = {
     F(batch_min_exact, 0, 1 << 20),
     F(batch_exact_rows, 0, 1),
     F(batch_fast_rows, 0, 1 << 20),
+    F(batch_mmq, 0, 1),
     F(prefill_cache, -1, 1),
     F(tp_symmetric, 0, 1),
     F(tp_fused, 0, 1),

@@ -42,8 +42,14 @@ typedef struct mu_cuda_tuning {
                              quantized weights (int8 inputs staged per row; 0: never), more through the f16 GEMMs
                              (one H100, 30B, with the f16 cache: 2 rows 11.6 against 23.4 ms a step, 4 rows 16.6
                              against 24.9, 8 rows 28.8 against 27.4) */
-    int prefill_cache;    /* fast lane: f16 copies of every matrix for the prefill GEMMs; -1 where they fit with
-                             3 GB to spare, 0 never, 1 always (pp512 8,794 tok/s with it, 1,022 without, one H100) */
+    int batch_mmq;        /* fast lane, no f16 cache: batched steps above batch_fast_rows on tensor cores over the
+                             quantized K-quant weights (mu_cu_mmq; other types through the B-row matvec) instead
+                             of GEMMs over weights dequantized every step (one H100, 30B: 8 rows 25.8 ms, 16 38.6,
+                             32 81.5, 64 142.5; the GEMMs over the cache 27.2 / 33.0 / 44.0 / 65.1) */
+    int prefill_cache;    /* fast lane: f16 copies of every matrix (3.3x the quantized bytes) for the prefill and
+                             batched GEMMs; 0 never, -1 where they fit with 3 GB to spare, 1 always (refuses to
+                             start where they do not fit). One H100, 30B: pp512 8,757 tok/s with them, 6,169
+                             without (53 GB less GPU memory) */
     int tp_symmetric;     /* tensor parallel: the all-reduce buffers in NCCL symmetric windows (2 x H200: 9.0 ->
                              8.0 us an all-reduce) */
     int tp_fused;         /* tensor parallel: the layers' all-reduces fused into the Wo and down tails over NCCL's

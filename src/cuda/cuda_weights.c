@@ -328,7 +328,13 @@ int cuda_prefill_cache(cuda_backend *b) {
     CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const int want = b->tune.prefill_cache;
     if (want == 0 || (want < 0 && (double)total > (double)free_b - 3e9)) return 0;
+    if (want > 0 && (double)total > (double)free_b - 3e9)
+        return mu_fail(MUSER_EBACKEND,
+                       "cuda: the f16 prefill cache (prefill_cache=1) needs %.2f GB and 3 GB to spare; the GPU has "
+                       "%.2f GB free (prefill_cache=0 prefills from the quantized weights)",
+                       total / 1e9, free_b / 1e9);
     if (cuda_dalloc(&w->f16mem, total, "the prefill weight cache")) {
+        if (want > 0) return MUSER_EBACKEND;
         mu_clear_error();
         return 0;
     }

@@ -61,20 +61,13 @@ int block_bytes(uint32_t type, int &elems) {
     }
 }
 
-/* int8 blocks of T rows of n (tests; the forward pass quantizes inside the
- * kernels that produce the activations). One warp per 32-element block. */
-__global__ void quantize_rows_kernel(const float *x, int8_t *q, float *ds, int64_t blocks) {
-    const int64_t blk = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
-    if (blk >= blocks) return;
-    quantize_block_warp(x[blk * 32 + (threadIdx.x & 31)], q + blk * 32, ds + blk * 4);
-}
-
+/* int8 blocks of T rows of n: the product's kernel on stream s */
 cudaError_t quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, cudaStream_t s) {
-    const int64_t blocks = n * T / 32;
-    quantize_rows_kernel<<<(unsigned)((blocks * 32 + 255) / 256), 256, 0, s>>>(x, q, ds, blocks);
-    return cudaGetLastError();
+    mu_cu_exec ex;
+    memset(&ex, 0, sizeof ex);
+    ex.stream = s;
+    return mu_cu_quantize_rows(x, q, ds, n, T, &ex);
 }
-
 
 /* Uploads a weight in file layout and repacks it as the backend does. */
 int make_weight(Pool &pool, uint32_t type, const void *raw, int64_t rows, int64_t cols, mu_cu_weight *w) {
@@ -273,6 +266,42 @@ extern "C" int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void
                 return mu_fail(-9, "B-row matvec quantizing its input: row %zu of %d, %.9g vs %.9g", i / total, nrows,
                                (double)yr[i], (double)y[i]);
     }
+    return 0;
+}
+
+extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
+                                const float *x, int T, bool split, float *y, int8_t *xq, float *xds) {
+    Pool pool;
+    const size_t n = (size_t)T * (size_t)cols;
+    int64_t total = 0;
+    for (int s = 0; s < nseg; s++) total += rows[s];
+    float *dx = pool.up(x, n);
+    int8_t *q = pool.get<int8_t>(n, 0x7f);
+    float *ds = pool.get<float>(n / 8, 0xff);
+    float *dy = pool.get<float>((size_t)T * total, 0xff);
+    const int64_t part_cap = 8 * (int64_t)T * total; /* K split up to 8 ways where the grid is small */
+    float *part = pool.get<float>((size_t)part_cap, 0xff);
+    if (!dx || !q || !ds || !dy || !part) return mu_fail(-8, "cudaMalloc failed");
+    TCK(quantize_rows(dx, q, ds, cols, T, 0));
+    mu_cu_mvr a;
+    memset(&a, 0, sizeof a);
+    for (int64_t s = 0, off = 0; s < nseg; off += rows[s], s++) {
+        RCK(make_weight(pool, type, raws[s], rows[s], cols, &a.seg[s].w));
+        a.seg[s].y = dy + off;
+        a.seg[s].ldy = total;
+    }
+    a.nseg = nseg;
+    a.act.q = q;
+    a.act.ds = ds;
+    a.ldx = cols;
+    a.nrows = T;
+    a.part = split ? part : NULL;
+    a.part_cap = part_cap;
+    TCK(nseg == 1 && !split ? mu_cu_mmq(&a.seg[0].w, q, ds, cols, dy, total, T, &g_x) : mu_cu_mmq_set(&a, &g_x));
+    TCK(cudaDeviceSynchronize());
+    RCK(down(xq, q, n));
+    RCK(down(xds, ds, n / 8));
+    RCK(down(y, dy, (size_t)T * total));
     return 0;
 }
 

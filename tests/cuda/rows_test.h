@@ -3,5 +3,7 @@
 #define MU_ROWS_TEST_H
 
 void test_matvec_rows_fast(void);
+/* the tensor-core batch (mu_cu_mmq) */
+void test_mmq(void);
 
 #endif
