@@ -16,6 +16,14 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
     *out = NULL;
     return mu_fail(MUSER_EBACKEND, "this build of Muser has no CUDA backend (nvcc was not found at build time)");
 }
+int mu_cuda_drafter_new(const struct muser_drafter *d, const mu_session_config *cfg, mu_backend *target,
+                        mu_backend **out) {
+    (void)d;
+    (void)cfg;
+    (void)target;
+    *out = NULL;
+    return mu_fail(MUSER_EBACKEND, "this build of Muser has no CUDA backend (nvcc was not found at build time)");
+}
 #endif
 
 /* Opens one backend; an AUTO lane becomes fast on the GPU (the speed lane
@@ -71,14 +79,11 @@ int muser_session_new(const muser_model *model, const muser_session_params *para
 }
 
 int mu_backend_open_drafter(muser_backend kind, const struct muser_drafter *d, const mu_session_config *cfg,
-                            mu_backend **out) {
+                            mu_backend *target, mu_backend **out) {
     *out = NULL;
     switch (kind) {
     case MUSER_BACKEND_CPU: return mu_cpu_drafter_new(d, cfg, out);
-    case MUSER_BACKEND_CUDA:
-        return mu_fail(MUSER_EUNSUPPORTED, "the CUDA backend does not run DFlash drafters yet (it would need the "
-                                           "target's hidden-state capture, tentative positions and the drafter's "
-                                           "pass); use --backend cpu for speculative decoding");
+    case MUSER_BACKEND_CUDA: return mu_cuda_drafter_new(d, cfg, target, out);
     case MUSER_BACKEND_REF:
         return mu_fail(MUSER_EUNSUPPORTED, "the reference backend does not run drafters (its drafter oracle is "
                                            "src/ref/ref_draft.c, for tests)");

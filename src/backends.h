@@ -25,12 +25,14 @@ int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_back
 
 /* A DFlash drafter's backend, beside a target session running on `kind`
  * (the drafter runs where the target runs: it reads the target's hidden
- * states and shares its embedding and LM head). cfg: the target's
- * settings. Only the CPU runs drafters for now; the others refuse with a
- * message that says so. */
+ * states and shares its embedding and LM head; target: the target
+ * session's backend, where CUDA finds them on the device). cfg: the
+ * target's settings. The reference backend refuses with a message. */
 struct muser_drafter;
 int mu_backend_open_drafter(muser_backend kind, const struct muser_drafter *d, const mu_session_config *cfg,
-                            mu_backend **out);
+                            mu_backend *target, mu_backend **out);
 int mu_cpu_drafter_new(const struct muser_drafter *d, const mu_session_config *cfg, mu_backend **out);
-
+/* MUSER_EUNSUPPORTED unless target is a one-GPU CUDA session (cuda_draft.c). */
+int mu_cuda_drafter_new(const struct muser_drafter *d, const mu_session_config *cfg, mu_backend *target,
+                        mu_backend **out);
 #endif

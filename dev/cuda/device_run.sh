@@ -4,7 +4,7 @@
 # repository root with, in .devtree/ (ignored by git, sent with `carry`):
 #   new.tar   the build under test: libmuser_core.so (a -DMUSER_SHARED_CORE=ON
 #             build keeps the binaries small), muser, test_cuda, test_cuda_tp,
-#             test_cuda_batch, bench_cuda (optional)
+#             test_cuda_batch, test_cuda_spec and bench_cuda (optional)
 #   base.tar  optional: a baseline's libmuser_core.so and muser, for A/B
 #   lib/      shared libraries the GPU machine lacks (pcre2, cjson, microhttpd)
 #   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
@@ -76,6 +76,12 @@ case " $MODES " in *" tests "*)
         echo "test_cuda_batch portable=$portable rc=$?"
         grep -E "CHECK failed|passed|failed" "$OUT/test_batch_p$portable.log" | head -10
     done
+    if [ -x $D/new/test_cuda_spec ]; then
+        stamp "test_cuda_spec"
+        with new env MUSER_TEST_DATA=$PWD/tests/data timeout 300 $D/new/test_cuda_spec >"$OUT/test_spec.log" 2>&1
+        echo "test_cuda_spec rc=$?"
+        grep -E "CHECK failed|passed|failed|greedy|drafter|rollback|capture" "$OUT/test_spec.log" | head -40
+    fi
     ;;
 esac
 

@@ -155,7 +155,6 @@ static void attn_prefill_worker(void *vctx, int ith, int nth) {
     attn_ctx *c = vctx;
     cpu_backend *b = c->b;
     const mu_hparams *hp = &b->m->hp;
-    const mu_layer *L = &b->m->layers[c->layer];
     const int hd = hp->head_dim, per_kv = hp->n_head / hp->n_head_kv;
     float *m = b->part_m + (size_t)ith * hp->n_head, *s = b->part_s + (size_t)ith * hp->n_head;
     float *acc = b->part_o + (size_t)ith * hp->n_head * hd;
@@ -168,12 +167,9 @@ static void attn_prefill_worker(void *vctx, int ith, int nth) {
         const int it = items - 1 - (int)claimed;
         const int t = it / hp->n_head_kv, kvh = it % hp->n_head_kv;
         const int64_t pos = c->pos0 + t;
-        /* causal: [pos - visible + 1, pos]; a drafter's block also sees its later tokens */
-        const int64_t last = b->bidirectional ? c->pos0 + c->T - 1 : pos;
-        int64_t first = pos - mu_layer_visible(hp, L, pos) + 1;
-        /* a drafter that lost older context (a rewind its rings could not
-         * follow) drafts from what it holds */
-        if (b->bidirectional && first < b->planes[c->layer].origin_logical) first = b->planes[c->layer].origin_logical;
+        /* causal, or a drafter's block that also sees its later tokens */
+        int64_t first, last;
+        mu_attn_span(b->m, c->layer, &b->planes[c->layer], pos, c->pos0 + c->T - 1, b->bidirectional, &first, &last);
         mu_route_decision d;
         /* Route checks are per token; the planes hold the whole chunk. */
         if (!mu_attn_route_select(&b->planes[c->layer], last, last - first + 1, c->layer, &d)) continue;
@@ -216,9 +212,9 @@ int mu_cpu_attention(cpu_backend *b, int layer, int T, int pos0, const float *q,
     }
     /* Prefill: every query's span must be held (rings hold window + chunk - 1). */
     for (int t = 0; t < T; t++) {
-        const int64_t pos = pos0 + t, last = b->bidirectional ? pos0 + T - 1 : pos;
-        int64_t first = pos - mu_layer_visible(hp, &b->m->layers[layer], pos) + 1;
-        if (b->bidirectional && first < b->planes[layer].origin_logical) first = b->planes[layer].origin_logical;
+        int64_t first, last;
+        mu_attn_span(b->m, layer, &b->planes[layer], (int64_t)pos0 + t, (int64_t)pos0 + T - 1, b->bidirectional,
+                     &first, &last);
         if (!mu_kv_holds(&b->planes[layer], first, last))
             return mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%lld", layer,
                            (long long)first, (long long)last);

@@ -292,12 +292,7 @@ static int cpu_truncate(mu_backend *base, int pos) {
      * depends on it): when it cannot be cut back to exactly pos (a ring
      * that forgot, or a target that moved on without it), it restarts
      * empty at pos rather than fail. */
-    bool reaches = true;
-    for (int l = 0; l < b->m->hp.n_layer; l++)
-        reaches = reaches && b->planes[l].origin_logical + b->planes[l].len >= pos;
-    if (reaches && mu_planes_truncate(b->m, b->planes, pos) == 0) return 0;
-    mu_clear_error();
-    for (int l = 0; l < b->m->hp.n_layer; l++) mu_kv_plane_restart(&b->planes[l], pos);
+    mu_planes_rewind_or_restart(b->m, b->planes, pos);
     return 0;
 }
 

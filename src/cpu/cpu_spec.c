@@ -26,10 +26,8 @@ void mu_cpu_capture(cpu_backend *b, int layer, int T) {
 
 int mu_cpu_set_capture(mu_backend *base, const int *layers, int n, float *rows) {
     cpu_backend *b = (cpu_backend *)base;
-    for (int k = 0; k < n; k++)
-        if (layers[k] < 0 || layers[k] >= b->m->hp.n_layer)
-            return mu_fail(MUSER_ERANGE, "capture: layer %d is outside the model's %d layers", layers[k],
-                           b->m->hp.n_layer);
+    int rc = mu_capture_check(b->m, layers, n);
+    if (rc) return rc;
     b->cap_layers = n ? layers : NULL;
     b->n_cap = n;
     b->cap_rows = n ? rows : NULL;

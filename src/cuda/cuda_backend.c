@@ -19,6 +19,7 @@
 #include "backends.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_internal.h"
+#include "model/dflash.h"
 #include "quant/quant.h"
 
 int mu_cuda_probe(void) {
@@ -89,7 +90,7 @@ static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int 
     RC(cuda_use_device(b));
     if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, b->T_max);
     RC(cuda_fill_records(b, tokens, T, pos0, 0.0f, 0));
-    if (T == 1) {
+    if (T == 1 && !b->n_cap) { /* (a captured row takes the chunk path: cuda_spec.c) */
         RC(cuda_decode_run(b));
         RC(cuda_sync_checked(b));
         if (b->prof && b->prof->on) RC(cuda_prof_collect(b, pos0));
@@ -145,13 +146,15 @@ void cuda_rank_free(cuda_backend *b) {
                    b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
                    b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
                    b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
-                   b->wtmp,   b->d_planes, b->mmq_part};
+                   b->wtmp,   b->d_planes, b->mmq_part, b->d_feat};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
     if (b->h_planes) cudaFreeHost(b->h_planes);
     if (b->h_best) cudaFreeHost(b->h_best);
     if (b->h_logits) cudaFreeHost(b->h_logits);
+    if (b->h_feat) cudaFreeHost(b->h_feat);
+    mu_tentative_free(&b->tentative);
     if (b->blas) b->cublas->destroy(b->blas);
     if (b->exec.stream) cudaStreamDestroy(b->exec.stream);
     cuda_ledger_release(b->device, b->held_bytes + b->weights_held);
@@ -168,34 +171,38 @@ static int cuda_select(mu_backend *base, muser_token token, int pos, float tempe
     return mu_cuda_decode_select(base, token, pos, temperature, seed, logits, next);
 }
 
-/* ---- ring checkpoints (prompt caching) -----------------------------------------------------
+/* ---- ring checkpoints (prompt caching, tentative positions) ---------------------------------
  * The engine's blob format (engine/checkpoint.c); the rings' rows are
- * copied between the device and the blob. */
-static int ckpt_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob,
-                          uint8_t *v_blob) {
+ * copied between the device and the blob on the session's stream (a
+ * non-blocking one, which the legacy stream's copies would not order
+ * against), complete when this returns. */
+int cuda_ckpt_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob,
+                        uint8_t *v_blob) {
     cuda_backend *b = ctx;
     const size_t row = (size_t)b->KVD * b->kv_elem, off = (size_t)slot0 * row, bytes = (size_t)n * row;
     uint8_t *k = (uint8_t *)b->kc[layer] + off, *v = (uint8_t *)b->vc[layer] + off;
+    const cudaStream_t st = b->exec.stream;
     if (to_blob) {
-        CU_CHECK(cudaMemcpy(k_blob, k, bytes, cudaMemcpyDeviceToHost));
-        CU_CHECK(cudaMemcpy(v_blob, v, bytes, cudaMemcpyDeviceToHost));
+        CU_CHECK(cudaMemcpyAsync(k_blob, k, bytes, cudaMemcpyDeviceToHost, st));
+        CU_CHECK(cudaMemcpyAsync(v_blob, v, bytes, cudaMemcpyDeviceToHost, st));
     } else {
-        CU_CHECK(cudaMemcpy(k, k_blob, bytes, cudaMemcpyHostToDevice));
-        CU_CHECK(cudaMemcpy(v, v_blob, bytes, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpyAsync(k, k_blob, bytes, cudaMemcpyHostToDevice, st));
+        CU_CHECK(cudaMemcpyAsync(v, v_blob, bytes, cudaMemcpyHostToDevice, st));
     }
+    CU_CHECK(cudaStreamSynchronize(st));
     return 0;
 }
 
 static int cuda_checkpoint_save(mu_backend *base, void **out, size_t *size) {
     cuda_backend *b = (cuda_backend *)base;
     RC(cuda_use_device(b));
-    return mu_ckpt_save(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, out, size);
+    return mu_ckpt_save(b->m, b->planes, (size_t)b->KVD * b->kv_elem, cuda_ckpt_copy_rows, b, out, size);
 }
 
 static int cuda_checkpoint_restore(mu_backend *base, const void *blob, size_t size, int pos) {
     cuda_backend *b = (cuda_backend *)base;
     RC(cuda_use_device(b));
-    return mu_ckpt_restore(b->m, b->planes, (size_t)b->KVD * b->kv_elem, ckpt_copy_rows, b, blob, size, pos);
+    return mu_ckpt_restore(b->m, b->planes, (size_t)b->KVD * b->kv_elem, cuda_ckpt_copy_rows, b, blob, size, pos);
 }
 
 /* ---- muser bench hooks ------------------------------------------------------------------ */
@@ -309,7 +316,12 @@ static const mu_backend_ops cuda_ops = {
     .membw = cuda_membw,
     .describe = cuda_describe_op,
     .forward_batch = cuda_forward_batch,
+    .set_capture = cuda_set_capture,
+    .tentative_begin = cuda_tentative_begin,
+    .tentative_keep = cuda_tentative_keep,
 };
+
+cuda_backend *cuda_backend_of(mu_backend *base) { return base && base->ops == &cuda_ops ? (cuda_backend *)base : NULL; }
 
 /* ---- a session's creation ------------------------------------------------------------------- */
 
@@ -556,7 +568,7 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     b->rec_stride = mu_cu_rec_bytes(hp->n_layer, b->n_bases > 0 ? b->n_bases : 1, hp->n_rot);
     RC(alloc_activations(b, parts));
     if (b->fast && uploaded) RC(cuda_prefill_cache(b));
-    if (b->fast && b->w->f16bytes) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
+    if (b->fast && b->w->f16bytes && !b->draft) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
     else {
         b->wtmp_bytes = (size_t)b->plan.tiles; /* (also where a planned cache could not be allocated: its room) */
         RC(cuda_dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
@@ -573,9 +585,10 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
 }
 
 /* One GPU's backend. tp: a tensor-parallel rank (m is its shard: heads,
- * FFN slice and LM-head rows; vocab0 its first vocabulary row). */
-int cuda_rank_new(const mu_model *m, const mu_session_config *cfg, int device, bool tp, int64_t vocab0,
-                  cuda_backend **out) {
+ * FFN slice and LM-head rows; vocab0 its first vocabulary row). d: a
+ * DFlash drafter (m = its decoder) beside the one-GPU session target. */
+static int rank_new(const mu_model *m, const mu_session_config *cfg, int device, bool tp, int64_t vocab0,
+                    const struct muser_drafter *d, cuda_backend *target, cuda_backend **out) {
     *out = NULL;
     RC(check_model(m));
     mu_cuda_tuning tune;
@@ -615,6 +628,16 @@ int cuda_rank_new(const mu_model *m, const mu_session_config *cfg, int device, b
     }
     *out = b;
     return 0;
+}
+
+int cuda_rank_new(const mu_model *m, const mu_session_config *cfg, int device, bool tp, int64_t vocab0,
+                  cuda_backend **out) {
+    return rank_new(m, cfg, device, tp, vocab0, NULL, NULL, out);
+}
+
+int cuda_drafter_rank_new(const struct muser_drafter *d, const mu_session_config *cfg, cuda_backend *target,
+                          cuda_backend **out) {
+    return rank_new(&d->m, cfg, target->device, false, 0, d, target, out);
 }
 
 int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out) {

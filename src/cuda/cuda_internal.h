@@ -73,6 +73,13 @@ typedef struct cu_weights {
     mu_cu_weight tok_embd, output;
     cu_layer *layers;         /* [n_layer] */
     float *output_norm;       /* [n_embd]  */
+    /* a DFlash drafter's weights: fc [n_embd rows][n_target_layers x n_embd
+     * cols] and the fused row's norm; tok_embd / output are the target's
+     * (borrowed: a reference on the target's weights, no second upload)
+     * unless the drafter's file has its own */
+    mu_cu_weight fc;
+    float *enc_norm;          /* [n_embd] or NULL */
+    struct cu_weights *borrowed;
     int fast_rows;            /* the fast B-row matvec takes every matrix: 0 not yet asked, 1 yes, 2 no */
     uint64_t held_bytes;      /* what the GPU memory ledger counts for them (cuda_memory.c) */
     struct cu_weights *next;
@@ -192,6 +199,21 @@ typedef struct cuda_backend {
     /* muser bench --profile: op by op with events, accumulated per family */
     prof_state *prof;
     mu_prof_entry prof_acc[MU_PROF_COUNT];
+    /* speculative decoding, target side (cuda_spec.c): the layers whose
+     * inputs each chunk row also writes to cap_rows (host, [T][n_cap][E]),
+     * and the ring rows a verify block may have to put back */
+    const int *cap_layers;
+    int n_cap;
+    float *cap_rows;
+    mu_tentative tentative;
+    /* a DFlash drafter's backend (cuda_draft.c): its chunks are non-causal
+     * (every row of a block sees the whole block); share: the target's
+     * weights while the drafter's upload borrows from them */
+    const struct muser_drafter *draft;
+    bool bidirectional;
+    cu_weights *share;
+    void *d_feat;         /* [T][n_target_layers x E] target features on the device: f16 (fast lane) or f32 */
+    void *h_feat;         /* [T][n_target_layers x E] their pinned staging, same type */
 } cuda_backend;
 
 /* cuda_backend.c */
@@ -202,6 +224,16 @@ int cuda_use_device(const cuda_backend *b);
 int cuda_sync_checked(cuda_backend *b);
 int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, size_t dst_stride);
 int cuda_truncate(mu_backend *base, int pos);
+/* The checkpoint row mover (mu_ckpt_copy): K and V rows of a layer's
+ * physical slots between the device and host buffers. */
+int cuda_ckpt_copy_rows(void *ctx, int layer, bool to_blob, int64_t slot0, int64_t n, uint8_t *k_blob,
+                        uint8_t *v_blob);
+/* b as a one-GPU CUDA session (the target of a drafter), or NULL. */
+cuda_backend *cuda_backend_of(mu_backend *b);
+/* A DFlash drafter's rank beside a one-GPU target session (cuda_draft.c
+ * gives it its interface). */
+int cuda_drafter_rank_new(const struct muser_drafter *d, const mu_session_config *cfg, cuda_backend *target,
+                          cuda_backend **out);
 void cuda_reset(mu_backend *base);
 const mu_prof_entry *cuda_profile(mu_backend *base, bool on);
 const char *cuda_profile_name(mu_backend *base, int family);
@@ -223,6 +255,11 @@ void cuda_ledger_release(int device, uint64_t bytes);
 
 /* cuda_weights.c */
 uint64_t cuda_weight_dev_bytes(const mu_weight *w);
+/* Takes one more reference on w (a drafter borrowing the target's). */
+void cuda_weights_ref(cu_weights *w);
+/* Whether w (a matrix of b->m) is one of b->share's (the target's
+ * embedding or LM head, which a drafter reads without an upload). */
+bool cuda_weight_borrowed(const cuda_backend *b, const mu_weight *w);
 /* A reference to m's weights resident on device (shared), or NULL. */
 cu_weights *cuda_weights_acquire(const mu_model *m, int device);
 /* Uploads b->m's weights into a new b->w (one reference, not shared). */
@@ -266,6 +303,14 @@ int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *
 int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits);
 int cuda_prefill_run(cuda_backend *b, int T, bool all_logits);
 int cuda_logit_rows_reserve(cuda_backend *b, int T);
+
+/* cuda_spec.c: the target's side of speculative decoding */
+/* Copies the residual stream of the chunk's T rows (h, the input of layer
+ * `layer`) into the capture rows when that layer is captured. */
+int cuda_capture(cuda_backend *b, int layer, int T);
+int cuda_set_capture(mu_backend *base, const int *layers, int n, float *rows);
+int cuda_tentative_begin(mu_backend *base, int n);
+int cuda_tentative_keep(mu_backend *base, int n_keep);
 
 /* cuda_batch.c */
 int cuda_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,

@@ -49,12 +49,20 @@ static void plan_input(const cuda_backend *b, const mu_session_config *cfg, uint
     memset(in, 0, sizeof *in);
     mu_gpu_plan_geometry(b->m, cuda_weight_dev_bytes, mu_cu_rec_bytes(hp->n_layer, b->n_bases > 0 ? b->n_bases : 1,
                                                                       hp->n_rot), in);
+    if (b->draft) { /* a drafter: the target's embedding and head are borrowed, fc is its own; no f16 copy */
+        const mu_weight *head[2] = {&b->m->tok_embd, &b->m->output};
+        for (int i = 0; i < 2; i++)
+            if (cuda_weight_borrowed(b, head[i])) in->weight_bytes -= cuda_weight_dev_bytes(head[i]);
+        const mu_weight *fc = &b->draft->fc;
+        in->weight_bytes += cuda_weight_dev_bytes(fc);
+        if ((uint64_t)(fc->rows * fc->cols) > in->max_matrix_elems) in->max_matrix_elems = (uint64_t)(fc->rows * fc->cols);
+    }
     const bool resident = b->w != NULL;
     if (resident) in->weight_bytes = in->norm_bytes = 0;
     in->cache_resident = resident && b->w->f16bytes > 0;
     in->n_ctx = cfg->n_ctx, in->n_batch = cfg->n_batch;
     in->kv_f32 = b->kv_f32, in->fast = b->fast;
-    in->prefill_cache = b->tune.prefill_cache;
+    in->prefill_cache = b->draft ? 0 : b->tune.prefill_cache;
     in->available = available;
 }
 

@@ -73,6 +73,7 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f);
         rn.embd_norm = hp->embd_norm;
         CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
+        RC(cuda_capture(b, 0, T)); /* h: layer 0's input (the embedding, normed when the model norms it) */
     } else if (part % 2 == 1) { /* after Wo of layer l: its FFN */
         const int l = (part - 1) / 2;
         const cu_layer *D = &b->w->layers[l];
@@ -85,6 +86,7 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         const int l = (part - 2) / 2;
         const float *next = l + 1 < L ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, b->w->layers[l].post_ffn_norm, next, f), T, x));
+        if (l + 1 < L) RC(cuda_capture(b, l + 1, T)); /* h: layer l + 1's input */
     }
     if (part == 2 * L) { /* the LM head */
         if (!all_logits) return cuda_head_matvec(b, T - 1, false, NULL);

@@ -19,7 +19,8 @@ mu_cu_recs cuda_recs(const cuda_backend *b) {
 }
 
 /* Appends the T positions to every plane, decides every (token, layer)
- * route and fills the host records. The planes are restored on failure. */
+ * route and fills the host records (tokens NULL: token 0 in each). The
+ * planes are restored on failure. */
 int cuda_fill_records(cuda_backend *b, const muser_token *tokens, int T, int pos0, float temperature, uint64_t seed) {
     const mu_model *m = b->m;
     const mu_hparams *hp = &m->hp;
@@ -44,17 +45,20 @@ int cuda_fill_records(cuda_backend *b, const muser_token *tokens, int T, int pos
         uint8_t *rec = b->h_rec + (int64_t)t * b->rec_stride;
         mu_cu_rec_hdr *hdr = (mu_cu_rec_hdr *)rec;
         const int64_t pos = (int64_t)pos0 + t;
-        hdr->token = tokens[t];
+        hdr->token = tokens ? tokens[t] : 0; /* (a drafter's injected rows have no token) */
         hdr->pos = (int32_t)pos;
         hdr->temperature = temperature;
         hdr->seed = (uint32_t)(seed ^ (seed >> 32));
         mu_cu_rec_layer *rl = (mu_cu_rec_layer *)(rec + sizeof(mu_cu_rec_hdr));
         for (int l = 0; l < L; l++) {
             mu_route_decision d;
-            int64_t n_vis = mu_layer_visible(hp, &m->layers[l], pos);
-            if (!mu_attn_route_select(&b->planes[l], pos, n_vis, l, &d)) {
+            /* causal, or a drafter's block row that also sees the block's
+             * later rows (the spans every backend's chunks take) */
+            int64_t first, last;
+            mu_attn_span(m, l, &b->planes[l], pos, (int64_t)pos0 + T - 1, b->bidirectional, &first, &last);
+            if (!mu_attn_route_select(&b->planes[l], last, last - first + 1, l, &d)) {
                 rc = mu_fail(MUSER_EINVAL, "layer %d: the KV plane does not hold positions %lld..%lld", l,
-                             (long long)(pos - n_vis + 1), (long long)pos);
+                             (long long)first, (long long)last);
                 break;
             }
             rl[l].n_visible = (int32_t)d.n_visible;

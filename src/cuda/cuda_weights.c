@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cuda/cuda_internal.h"
+#include "model/dflash.h"
 #include "quant/quant.h"
 #include "util/clock.h"
 #include "util/progress.h"
@@ -47,6 +48,12 @@ int mu_cuda_weight_refs(const mu_model *m, int device) {
     return n;
 }
 
+void cuda_weights_ref(cu_weights *w) {
+    pthread_mutex_lock(&g_wlock);
+    w->refs++;
+    pthread_mutex_unlock(&g_wlock);
+}
+
 void cuda_weights_publish(cu_weights *w) {
     pthread_mutex_lock(&g_wlock);
     w->shared = true;
@@ -78,8 +85,11 @@ void cuda_weights_close(cu_weights *e) {
     if (e->f16mem) cudaFree(e->f16mem);
     cuda_ledger_release(e->device, e->held_bytes);
     if (e->output_norm) cudaFree(e->output_norm);
+    if (e->enc_norm) cudaFree(e->enc_norm);
+    cu_weights *borrowed = e->borrowed;
     free(e->layers);
     free(e);
+    cuda_weights_close(borrowed); /* a drafter's reference on its target's weights */
 }
 
 /* ---- upload ---------------------------------------------------------------------------- */
@@ -91,6 +101,19 @@ uint64_t cuda_weight_dev_bytes(const mu_weight *w) {
     if (!w->data || !mu_cu_weight_layout(w->type, w->rows, w->cols, &l)) return 0;
     return align256(l.qs) + align256(l.qh) + align256(l.meta) + align256(l.d);
 }
+
+/* The target's device copy of w when w is the target's embedding or LM
+ * head and b a drafter borrowing them (the same file bytes: the drafter's
+ * model holds the target's views), else NULL. */
+static const mu_cu_weight *borrowed_view(const cuda_backend *b, const mu_weight *w) {
+    const cu_weights *t = b->share;
+    if (!t || !w->data) return NULL;
+    if (w->data == t->m->tok_embd.data && w->type == t->m->tok_embd.type) return &t->tok_embd;
+    if (w->data == t->m->output.data && w->type == t->m->output.type) return &t->output;
+    return NULL;
+}
+
+bool cuda_weight_borrowed(const cuda_backend *b, const mu_weight *w) { return borrowed_view(b, w) != NULL; }
 
 /* Places a weight's streams at *cursor and advances it. */
 static void weight_place(const mu_weight *w, uint8_t **cursor, mu_cu_weight *out) {
@@ -186,8 +209,14 @@ static int upload_norm(const float *src, int64_t n, float **dst) {
 static int upload_weights(cuda_backend *b, cu_weights *w) {
     const mu_model *m = b->m;
     const mu_hparams *hp = &m->hp;
-    uint64_t total = cuda_weight_dev_bytes(&m->tok_embd) + cuda_weight_dev_bytes(&m->output);
-    uint64_t file_bytes = m->tok_embd.rows * m->tok_embd.row_bytes + m->output.rows * m->output.row_bytes;
+    /* the whole matrices outside the layers: the embedding and the head
+     * (not when borrowed from the target), a drafter's fc */
+    const mu_weight *outer[3] = {borrowed_view(b, &m->tok_embd) ? NULL : &m->tok_embd,
+                                 borrowed_view(b, &m->output) ? NULL : &m->output, b->draft ? &b->draft->fc : NULL};
+    mu_cu_weight *outer_dev[3] = {&w->tok_embd, &w->output, &w->fc};
+    uint64_t total = 0, file_bytes = 0;
+    for (int i = 0; i < 3; i++)
+        if (outer[i]) total += cuda_weight_dev_bytes(outer[i]), file_bytes += outer[i]->rows * outer[i]->row_bytes;
     /* (row_bytes is the file's stride; a column slice reads a part of each row) */
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
@@ -198,8 +227,10 @@ static int upload_weights(cuda_backend *b, cu_weights *w) {
     RC(cuda_dalloc(&w->wmem, total, "weights"));
     w->wbytes = total;
     uint8_t *cur = w->wmem;
-    weight_place(&m->tok_embd, &cur, &w->tok_embd);
-    weight_place(&m->output, &cur, &w->output);
+    for (int i = 0; i < 3; i++)
+        if (outer[i]) weight_place(outer[i], &cur, outer_dev[i]);
+    if (!outer[0]) w->tok_embd = *borrowed_view(b, &m->tok_embd);
+    if (!outer[1]) w->output = *borrowed_view(b, &m->output);
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
         cu_layer *D = &w->layers[l];
@@ -222,8 +253,8 @@ static int upload_weights(cuda_backend *b, cu_weights *w) {
     }
     mu_progress_begin(&u.bar, stderr, "cuda: uploading weights", file_bytes);
     const double t0 = mu_now_seconds();
-    if (!rc) rc = upload_one(&u, &m->tok_embd, &w->tok_embd);
-    if (!rc) rc = upload_one(&u, &m->output, &w->output);
+    for (int i = 0; i < 3 && !rc; i++)
+        if (outer[i]) rc = upload_one(&u, outer[i], outer_dev[i]);
     for (int l = 0; l < hp->n_layer && !rc; l++) {
         const mu_layer *L = &m->layers[l];
         cu_layer *D = &w->layers[l];
@@ -257,6 +288,7 @@ static int upload_weights(cuda_backend *b, cu_weights *w) {
         RC(upload_norm(L->post_ffn_norm, hp->n_embd, &D->post_ffn_norm));
     }
     RC(upload_norm(m->output_norm, hp->n_embd, &w->output_norm));
+    if (b->draft) RC(upload_norm(b->draft->enc_norm, hp->n_embd, &w->enc_norm));
     return 0;
 }
 
@@ -272,6 +304,10 @@ int cuda_weights_upload(cuda_backend *b) {
     w->layers = calloc((size_t)b->m->hp.n_layer, sizeof(cu_layer));
     b->w = w; /* (freed with the session on failure) */
     if (!w->layers) return mu_fail(MUSER_ENOMEM, "out of memory");
+    if (b->share && (borrowed_view(b, &b->m->tok_embd) || borrowed_view(b, &b->m->output))) {
+        cuda_weights_ref(b->share); /* the target's weights live as long as the drafter's */
+        w->borrowed = b->share;
+    }
     return upload_weights(b, w);
 }
 
@@ -282,7 +318,9 @@ static uint64_t f16_bytes(const mu_cu_weight *w) { return w->qs ? align256((uint
 int cuda_prefill_cache(cuda_backend *b) {
     cu_weights *w = b->w;
     const mu_hparams *hp = &b->m->hp;
-    uint64_t total = f16_bytes(&w->output);
+    /* a borrowed head is the target's (with the target's copy, if any) */
+    const bool own_head = !(w->borrowed && w->output.qs == w->borrowed->output.qs);
+    uint64_t total = (own_head ? f16_bytes(&w->output) : 0) + f16_bytes(&w->fc);
     for (int l = 0; l < hp->n_layer; l++) {
         cu_layer *D = &w->layers[l];
 #define ADD(x) total += f16_bytes(&D->x);
@@ -298,10 +336,11 @@ int cuda_prefill_cache(cuda_backend *b) {
     }
     w->f16bytes = total;
     uint8_t *cur = w->f16mem;
-    mu_cu_weight **all = malloc(sizeof(mu_cu_weight *) * (size_t)(1 + 8 * hp->n_layer));
+    mu_cu_weight **all = malloc(sizeof(mu_cu_weight *) * (size_t)(2 + 8 * hp->n_layer));
     if (!all) return mu_fail(MUSER_ENOMEM, "out of memory");
     int n = 0;
-    all[n++] = &w->output;
+    if (own_head) all[n++] = &w->output;
+    all[n++] = &w->fc; /* (a drafter's; absent elsewhere: skipped below) */
     for (int l = 0; l < hp->n_layer; l++) {
         cu_layer *D = &w->layers[l];
 #define COLLECT(x) all[n++] = &D->x;

@@ -191,6 +191,20 @@ bool mu_attn_route_select(const mu_kv_plane *p, int64_t pos, int64_t n_visible, 
  * that no longer holds what position pos would see) leaves them all
  * unchanged. */
 int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos);
+/* The keys [*first, *last] that the query at pos of a chunk whose last row
+ * is at chunk_last sees in layer l's plane p: causal, [pos - visible + 1,
+ * pos]; bidirectional (a drafter's noise block), up to the chunk's last
+ * row, and never before the plane's oldest row (a drafter that lost older
+ * context, a rewind its rings could not follow, drafts from what it holds).
+ * Every backend's chunk attention takes its spans from here. */
+void mu_attn_span(const mu_model *m, int l, const mu_kv_plane *p, int64_t pos, int64_t chunk_last, bool bidirectional,
+                  int64_t *first, int64_t *last);
+/* A drafter's rewind: mu_planes_truncate when every plane reaches pos and
+ * can be cut back to it, else every plane restarts empty at pos. Never
+ * fails (a drafter's cache only steers its guesses, never the output). */
+void mu_planes_rewind_or_restart(const mu_model *m, mu_kv_plane *planes, int pos);
+/* set_capture's argument check: each layer in [0, n_layer). */
+int mu_capture_check(const mu_model *m, const int *layers, int n);
 
 /* Ring checkpoints (engine/checkpoint.c): one blob format for every
  * backend, holding each ring's bookkeeping and the rows it holds. copy

@@ -6,6 +6,11 @@
  *               the allocation;
  *   origin:     everything else (a partially wrapped ring, a plane smaller
  *               than a block): every row goes through the explicit origins.
+ *
+ * Also what every backend's planes share beyond a route: a chunk query's
+ * span (causal or a drafter's non-causal block), rewinding them (a
+ * drafter's rewind that restarts instead of failing) and checking a
+ * hidden-state capture's layers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,4 +75,26 @@ int mu_planes_truncate(const mu_model *m, mu_kv_plane *planes, int pos) {
         else mu_kv_truncate(&planes[l], pos);
     }
     return 0;
+}
+
+void mu_planes_rewind_or_restart(const mu_model *m, mu_kv_plane *planes, int pos) {
+    bool reaches = true;
+    for (int l = 0; l < m->hp.n_layer; l++) reaches = reaches && planes[l].origin_logical + planes[l].len >= pos;
+    if (reaches && mu_planes_truncate(m, planes, pos) == 0) return;
+    mu_clear_error();
+    for (int l = 0; l < m->hp.n_layer; l++) mu_kv_plane_restart(&planes[l], pos);
+}
+
+int mu_capture_check(const mu_model *m, const int *layers, int n) {
+    for (int k = 0; k < n; k++)
+        if (layers[k] < 0 || layers[k] >= m->hp.n_layer)
+            return mu_fail(MUSER_ERANGE, "capture: layer %d is outside the model's %d layers", layers[k], m->hp.n_layer);
+    return 0;
+}
+
+void mu_attn_span(const mu_model *m, int l, const mu_kv_plane *p, int64_t pos, int64_t chunk_last, bool bidirectional,
+                  int64_t *first, int64_t *last) {
+    *last = bidirectional ? chunk_last : pos;
+    *first = pos - mu_layer_visible(&m->hp, &m->layers[l], pos) + 1;
+    if (bidirectional && *first < p->origin_logical) *first = p->origin_logical;
 }

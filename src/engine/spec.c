@@ -90,14 +90,14 @@ int muser_session_set_drafter(muser_session *s, const muser_drafter *d, int draf
     if (draft_max < 1) return mu_fail(MUSER_EINVAL, "a batch of %d leaves no room for drafted tokens", s->cfg.n_batch);
     if (!ops->set_capture || !ops->tentative_begin || !ops->tentative_keep)
         return mu_fail(MUSER_EUNSUPPORTED,
-                       "the %s backend cannot verify drafts yet (no hidden-state capture or tentative positions); "
-                       "use --backend cpu for speculative decoding",
+                       "the %s backend cannot verify drafts yet in this configuration (no hidden-state capture or "
+                       "tentative positions); speculative decoding runs on the CPU and on one GPU",
                        ops->name);
     mu_spec *sp = calloc(1, sizeof *sp);
     if (!sp) return mu_fail(MUSER_ENOMEM, "out of memory");
     sp->d = d;
     sp->draft_max = draft_max;
-    int rc = mu_backend_open_drafter(s->backend_kind, d, &s->cfg, &sp->draft);
+    int rc = mu_backend_open_drafter(s->backend_kind, d, &s->cfg, s->backend, &sp->draft);
     const size_t E = (size_t)s->model->hp.n_embd;
     if (!rc) {
         sp->features = malloc(sizeof(float) * (size_t)s->cfg.n_batch * (size_t)d->n_target_layers * E);

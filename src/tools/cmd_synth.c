@@ -50,8 +50,9 @@ typedef struct draft_preset {
 } draft_preset;
 
 static const draft_preset draft_presets[] = {
-    {"nano", 2, 4, 2, 64, 512, 32, 16, 3, {1, 4, 7}},
-    {"micro", 2, 8, 2, 64, 1024, 64, 16, 3, {1, 2, 3}},
+    /* head_dim 128, as Meta's: the CUDA backend's attention needs it */
+    {"nano", 2, 2, 1, 128, 512, 32, 16, 3, {1, 4, 7}},
+    {"micro", 2, 4, 2, 128, 1024, 64, 16, 3, {1, 2, 3}},
     {"30b", 5, 32, 8, 128, 19968, 2048, 16, 5, {2, 14, 26, 38, 50}},
 };
 

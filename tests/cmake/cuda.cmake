@@ -35,3 +35,7 @@ foreach(n 1 2)
   add_test(NAME cuda_tp${n} COMMAND test_cuda_tp ${n})
   set_tests_properties(cuda_tp${n} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda")
 endforeach()
+# Speculative decoding with a DFlash drafter on CUDA: the target's capture,
+# the drafter's logits against the CPU drafter's, rollback of the KV planes
+# bit for bit, greedy identity with plain decoding (nano fixtures).
+muser_c_test(cuda_spec LABELS cuda TIMEOUT 900 SOURCES tests/fixture.c tests/tinymodel.c tests/tinydraft.c)
