@@ -146,7 +146,7 @@ void cuda_rank_free(cuda_backend *b) {
                    b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
                    b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
                    b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
-                   b->wtmp,   b->d_planes, b->mmq_part, b->d_feat};
+                   b->wtmp,   b->d_planes, b->mmq_part, b->mmf_x, b->d_feat};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -464,6 +464,7 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     DA(bq, T * QF, 1);
     DA(bds, T * QF / 8, 4);
     DA(mmq_part, CUDA_MMQ_PART, 4);
+    DA(mmf_x, mu_gpu_mmf_halves((uint64_t)b->E > QF ? (uint64_t)b->E : QF, T), 2);
     DA(t, T8 * b->E, 4);
     DA(ff, T * b->F, 4);
     DA(fu, T * b->F, 4);
@@ -613,6 +614,9 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     b->V = hp->n_vocab;
     b->token_bytes = m->weight_bytes_per_token;
     b->exec.pair_counts = b->pair_counts;
+    b->draft = d;
+    b->bidirectional = d != NULL;
+    b->share = target ? target->w : NULL;
     int rc = mu_cuda_features_detect(device, &b->feat);
     if (rc) {
         free(b);
@@ -622,6 +626,7 @@ static int rank_new(const mu_model *m, const mu_session_config *cfg, int device,
     /* one GPU: the model's weights may already be resident (shared) */
     if (!tp) b->w = cuda_weights_acquire(m, device);
     rc = rank_init(b, cfg, device);
+    b->share = NULL; /* (the upload took its reference: cu_weights.borrowed) */
     if (rc) {
         cuda_rank_free(b);
         return rc;

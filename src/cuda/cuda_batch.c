@@ -16,6 +16,7 @@ typedef enum {
     MM_EXACT_ROWS, /* exact lane: the B-row matvec, f32 inputs, each row's one-row arithmetic */
     MM_FAST_ROWS,  /* fast lane: the B-row matvec, int8 inputs staged per row */
     MM_MMQ,        /* fast lane: int8 inputs times the K-quants on tensor cores (mu_cu_mmq_set) */
+    MM_MMF,        /* fast lane: f16 inputs times the K-quants dequantized in registers on tensor cores */
 } mm_route;
 
 /* The fast lane takes the B-row matvec up to tune.batch_fast_rows rows,
@@ -46,7 +47,8 @@ static mm_route batch_route(const cuda_backend *b, int T) {
     if (!b->fast) return b->tune.batch_exact_rows ? MM_EXACT_ROWS : MM_GEMM;
     if (!fast_rows_every(b)) return MM_GEMM;
     if (T <= b->tune.batch_fast_rows) return MM_FAST_ROWS;
-    return b->tune.batch_mmq && !b->w->f16mem ? MM_MMQ : MM_GEMM;
+    if (!b->tune.batch_mmq || b->w->f16mem) return MM_GEMM;
+    return b->tune.batch_mmq == 2 ? MM_MMF : MM_MMQ;
 }
 
 /* Y_k = A . W_k^T for T rows and the n matrices of one input (row strides
@@ -57,6 +59,8 @@ static mm_route batch_route(const cuda_backend *b, int T) {
  * those without a tensor-core kernel as MM_FAST_ROWS). */
 static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws, float *const *ys,
                   const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
+    if (route == MM_MMF) /* the inputs packed as f16 for the tensor cores (A: f32) */
+        CU_CHECK(mu_cu_mmf_pack((const float *)A, ldx, ws[0]->cols, T, b->mmf_x, &b->exec));
     if (route == MM_GEMM || route == MM_EXACT_ROWS) {
         for (int k = 0; k < n; k++) {
             const mu_cu_weight *w = ws[k];
@@ -75,6 +79,7 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
         r.nrows = T;
         r.part = b->mmq_part;
         r.part_cap = CUDA_MMQ_PART;
+        r.xp = b->mmf_x;
         for (int j = k; j < n; j++) {
             if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
             r.seg[r.nseg].w = *ws[j];
@@ -83,6 +88,7 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
             done[j] = true;
         }
         if (route == MM_MMQ && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmq_set(&r, &b->exec));
+        else if (route == MM_MMF && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
         else CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
     }
     return 0;
@@ -141,8 +147,9 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     const mu_cu_exec *x = &b->exec;
     const mm_route route = batch_route(b, T);
     const bool f16 = b->fast && route == MM_GEMM; /* f16 inputs for the GEMMs */
-    const bool rows8 = route == MM_FAST_ROWS || route == MM_MMQ; /* the normed inputs' int8 groups */
-    const bool mmq = route == MM_MMQ; /* Wo's and down's inputs quantized into bq */
+    const bool rows8 = route == MM_FAST_ROWS || route == MM_MMQ || route == MM_MMF; /* the normed inputs' int8 groups */
+    const bool mmq = route == MM_MMQ || route == MM_MMF; /* Wo's and down's int8 inputs in bq (MM_MMF: for the
+                                                           B-row matvec of a matrix without a tensor-core kernel) */
     const int8_t *aq = rows8 ? b->aq : NULL;
     const float *ads = rows8 ? b->ads : NULL;
     const int cap = rows_attention_cap(rows, T);
@@ -169,7 +176,8 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         if (cap > 0) RC(batch_attention_rows(b, l, T, cap, f16));
         else
             for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
-        if (mmq) CU_CHECK(mu_cu_quantize_rows(b->o, b->bq, b->bds, b->Q, T, x));
+        if (mmq && !(route == MM_MMF && mu_cu_mmq_ok(D->wo.type, D->wo.cols)))
+            CU_CHECK(mu_cu_quantize_rows(b->o, b->bq, b->bds, b->Q, T, x));
         RC(mm_one(b, route, &D->wo, b->t, b->E, f16 ? (const void *)b->o16 : (const void *)b->o, mmq ? b->bq : NULL,
                   mmq ? b->bds : NULL, b->Q, T));
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
@@ -178,7 +186,8 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         const int64_t gu_ld[] = {b->F, b->F};
         RC(mm_set(b, route, gu, gu_y, gu_ld, 2, A, aq, ads, b->E, T));
         CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f16 ? b->f16b : NULL, b->F, T, x));
-        if (mmq) CU_CHECK(mu_cu_quantize_rows(b->ff, b->bq, b->bds, b->F, T, x));
+        if (mmq && !(route == MM_MMF && mu_cu_mmq_ok(D->ffn_down.type, D->ffn_down.cols)))
+            CU_CHECK(mu_cu_quantize_rows(b->ff, b->bq, b->bds, b->F, T, x));
         RC(mm_one(b, route, &D->ffn_down, b->t, b->E, f16 ? (const void *)b->f16b : (const void *)b->ff,
                   mmq ? b->bq : NULL, mmq ? b->bds : NULL, b->F, T));
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;

@@ -35,7 +35,8 @@ static uint64_t buffer_bytes(const mu_gpu_plan_in *in, uint64_t parts, uint64_t 
     const uint64_t f16[] = {T * E, T * Q, T * F};        /* a16, o16, f16b */
     const uint64_t QF = max_u64(Q, F); /* bq, bds: Wo's and down's int8 inputs in batched steps */
     uint64_t sum = a256(8) + a256(T * (uint64_t)in->rec_bytes) + a256(wtmp) + a256(T * QF) + a256(4 * (T * QF / 8)) +
-                   a256(4 * (uint64_t)PLAN_MMQ_PART) + a256(8 * L * 2 * T); /* + mmq_part, d_planes */
+                   a256(4 * (uint64_t)PLAN_MMQ_PART) + a256(8 * L * 2 * T) + /* + mmq_part, d_planes */
+                   a256(2 * mu_gpu_mmf_halves(max_u64(E, QF), T)); /* + mmf_x */
     for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++) sum += a256(4 * f32[i]);
     for (size_t i = 0; i < 3; i++) sum += a256(i8[i]) + a256(4 * ds[i]) + a256(2 * f16[i]);
     return sum;

@@ -39,6 +39,12 @@ typedef struct mu_gpu_plan_in {
 #define MU_GPU_PLAN_SPLIT_MAX 128
 #define MU_GPU_PLAN_SPLIT_PREFILL 8
 
+/* Halves of the f16 tensor-core batch's packed inputs (cu_mmq.cu) for T
+ * rows of K columns: tiles of 8 rows x spans of two 256-column blocks. */
+static inline uint64_t mu_gpu_mmf_halves(uint64_t K, uint64_t T) {
+    return (T + 7) / 8 * 8 * (((K + 255) / 256 + 1) / 2) * 512;
+}
+
 typedef struct mu_gpu_plan {
     uint64_t weights;    /* streams + norms uploaded by this session (0: shared)  */
     uint64_t f16_cache;  /* the prefill cache this session builds (0: none)       */

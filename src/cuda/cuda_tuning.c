@@ -53,7 +53,7 @@ static const field fields[] = {
     F(batch_min_exact, 0, 1 << 20),
     F(batch_exact_rows, 0, 1),
     F(batch_fast_rows, 0, 1 << 20),
-    F(batch_mmq, 0, 1),
+    F(batch_mmq, 0, 2),
     F(prefill_cache, -1, 1),
     F(tp_symmetric, 0, 1),
     F(tp_fused, 0, 1),

@@ -10,6 +10,7 @@
 #include "cuda/cu_attn.h"
 #include "cuda/cu_matvec.h"
 #include "cuda/cu_units.cuh"
+#include "cuda/cuda_plan.h"
 #include "cuda_test.h"
 
 extern "C" int mu_fail(int status, const char *fmt, ...);
@@ -273,7 +274,7 @@ extern "C" int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void
 }
 
 extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
-                                const float *x, int T, bool split, float *y, int8_t *xq, float *xds) {
+                                const float *x, int T, bool split, bool f16, float *y, int8_t *xq, float *xds) {
     Pool pool;
     const size_t n = (size_t)T * (size_t)cols;
     int64_t total = 0;
@@ -284,7 +285,8 @@ extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws
     float *dy = pool.get<float>((size_t)T * total, 0xff);
     const int64_t part_cap = 8 * (int64_t)T * total; /* K split up to 8 ways where the grid is small */
     float *part = pool.get<float>((size_t)part_cap, 0xff);
-    if (!dx || !q || !ds || !dy || !part) return mu_fail(-8, "cudaMalloc failed");
+    uint16_t *xp = pool.get<uint16_t>((size_t)mu_gpu_mmf_halves((uint64_t)cols, (uint64_t)T), 0xff);
+    if (!dx || !q || !ds || !dy || !part || !xp) return mu_fail(-8, "cudaMalloc failed");
     TCK(quantize_rows(dx, q, ds, cols, T, 0));
     mu_cu_mvr a;
     memset(&a, 0, sizeof a);
@@ -300,7 +302,12 @@ extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws
     a.nrows = T;
     a.part = split ? part : NULL;
     a.part_cap = part_cap;
-    TCK(mu_cu_mmq_set(&a, &g_x));
+    if (f16) {
+        TCK(mu_cu_mmf_pack(dx, cols, cols, T, xp, &g_x));
+        a.xp = xp;
+        TCK(mu_cu_mmf_set(&a, &g_x));
+    } else
+        TCK(mu_cu_mmq_set(&a, &g_x));
     TCK(cudaDeviceSynchronize());
     RCK(down(xq, q, n));
     RCK(down(xds, ds, n / 8));
