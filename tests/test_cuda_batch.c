@@ -230,6 +230,10 @@ static void run_model(const char *path) {
                                                           of 8 and 32 tokens */
     batch_vs_single(m, V, 5, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
+    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=1,batch_mmq=2", 1); /* f16 tensor cores: tiles of 8, 16, 64 */
+    batch_vs_single(m, V, 2, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
+    batch_vs_single(m, V, 9, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
+    batch_vs_single(m, V, 33, MUSER_LANE_FAST, MUSER_KV_F16, 64, false);
     setenv("MUSER_CUDA_TUNE", "batch_min_fast=2,batch_min_exact=2", 1);
     batch_vs_single(m, V, 2, MUSER_LANE_EXACT, MUSER_KV_F32, 16, false);
     batch_vs_single(m, V, 7, MUSER_LANE_EXACT, MUSER_KV_F32, 3, false); /* chunks of 3 + 3 + 1 */

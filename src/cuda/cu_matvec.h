@@ -143,7 +143,7 @@ cudaError_t mu_cu_matvec_rows_fast(const mu_cu_mvr *a, const mu_cu_exec *x);
  * where a->part is given and the grid is small). */
 int mu_cu_mmq_ok(uint32_t type, int64_t cols);
 cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x);
-/* The same on tensor cores in f16 (cu_mmq.cu): the weights dequantized to
+/* The same on tensor cores in f16 (cu_mmf.cu): the weights dequantized to
  * f16 in registers, the inputs f16 packed by mu_cu_mmf_pack (x [T][ldx]
  * f32, K columns) into xp, mu_gpu_mmf_halves(K, T) halves (cuda_plan.h). */
 cudaError_t mu_cu_mmf_pack(const float *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e);

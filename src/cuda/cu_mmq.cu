@@ -207,162 +207,6 @@ __global__ void mmq_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const flo
     }
 }
 
-/* ---- the f16 variant: weights dequantized to f16 in registers -------------
- * Y[t][r] = W[r] . x[t] with x in f16 (no per-group scale work per token:
- * the weights carry their scales, so a k16 step is one mma and the f32
- * accumulators take no other arithmetic). A warp owns 16 weight rows and
- * NT tiles of 8 tokens, and walks K in spans of two blocks: lane (gid, tig)
- * loads the lane-block (block 2q + (tig >> 1), c0 = tig & 1) of rows gid
- * and gid + 8, so the quad of a row reads 64 contiguous bytes per load.
- * The k order inside an mma is free as long as A and B agree: slot (cc, k,
- * h) of the span gives lane tig the four weights 64X + 32h + 4k + j (j =
- * 0..3, X = c0 + 2cc) of its block, as k-pairs (j 0,1) and (2,3); the
- * inputs are packed by mmf_pack_kernel in that order, one 8-byte load per
- * lane and slot (a warp reads 256 contiguous bytes).
- * Packed inputs xp [T/8 tiles][spans][32 slots][32 lanes][4] f16. */
-
-__device__ __forceinline__ void mma_f16_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                 uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ __half2 u2h2(uint32_t u) { return *reinterpret_cast<const __half2 *>(&u); }
-__device__ __forceinline__ uint32_t h22u(__half2 h) { return *reinterpret_cast<const uint32_t *>(&h); }
-
-/* two byte values v (0..63) of a word as f16 1024 + v (selector 0x4140:
- * bytes 0, 1; 0x4342: bytes 2, 3) */
-__device__ __forceinline__ __half2 mmf_pair(uint32_t v, uint32_t sel) { return u2h2(__byte_perm(v, 0x64646464u, sel)); }
-
-/* A lane's scales for one row's lane-block: Q4_K/Q5_K per sub-block s
- * (kq_scales_k4's order) d * sc and -dmin * m; Q6_K per group (cc, t)
- * d * scale. Zero where the lane has no block (its weights then vanish). */
-struct MmfScales {
-    __half2 s[8], m[4];
-};
-template <uint32_t TYPE>
-__device__ __forceinline__ void mmf_scales(const KqLane<uint4> &L, int c0, bool on, MmfScales &S) {
-    if (TYPE == MU_TYPE_Q6_K) {
-        const float d = on ? kq_h2f(L.d) : 0.f;
-#pragma unroll
-        for (int cc = 0; cc < 2; cc++)
-#pragma unroll
-            for (int t = 0; t < 4; t++) S.s[4 * cc + t] = __float2half2_rn(d * (float)kq_scale_q6(L.m, cc, t));
-        return;
-    }
-    const float d = on ? kq_h2f(L.m.x & 0xFFFF) : 0.f, dmin = on ? kq_h2f(L.m.x >> 16) : 0.f;
-    int sc[4], mn[4];
-    kq_scales_k4(L.m, c0, sc, mn);
-#pragma unroll
-    for (int s = 0; s < 4; s++) S.s[s] = __float2half2_rn(d * (float)sc[s]), S.m[s] = __float2half2_rn(-dmin * (float)mn[s]);
-}
-
-/* The f16 weights of byte pair sel of v, slot (cc, k, h): exact integer
- * q = v - 1024 (Q6_K: v - 1056), then one rounding of q * scale - min. */
-template <uint32_t TYPE>
-__device__ __forceinline__ uint32_t mmf_weights(uint32_t v, uint32_t sel, const MmfScales &S, int cc, int k, int h) {
-    const __half2 x = mmf_pair(v, sel);
-    if (TYPE == MU_TYPE_Q6_K)
-        return h22u(__hmul2(__hsub2(x, __float2half2_rn(1056.f)), S.s[4 * cc + 2 * h + (k >> 2)]));
-    return h22u(__hfma2(__hsub2(x, __float2half2_rn(1024.f)), S.s[2 * cc + h], S.m[2 * cc + h]));
-}
-
-template <uint32_t TYPE, int NT>
-__global__ void __launch_bounds__(MMQ_WARPS * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
-                                                             int splits, float *part, int64_t total) {
-    pdl_trigger();
-    pdl_wait();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3, c0 = tig & 1;
-    const int64_t g = (int64_t)blockIdx.x * MMQ_WARPS + warp;
-    if (g >= groups) return; /* (no block-wide barrier below) */
-    int64_t r0 = 0;
-    const int s = mmq_locate(a, g, r0);
-    const mu_cu_weight &w = a.seg[s].w;
-    const int64_t rA = r0 + gid, rB = rA + 8;
-    const bool okA = rA < w.rows, okB = rB < w.rows;
-    const int T = a.nrows, nb = (int)(w.cols >> 8), NS = (nb + 1) >> 1, tiles8 = (T + 7) >> 3;
-    const int n0 = blockIdx.y * NT; /* the first token tile of 8 */
-    const uint2 *xp = reinterpret_cast<const uint2 *>(a.xp);
-    float acc[NT][4];
-#pragma unroll
-    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    int q0, q1;
-    mmq_split(NS, splits, blockIdx.z, q0, q1);
-    for (int q = q0; q < q1; q++) {
-        const int blk = 2 * q + (tig >> 1);
-        const bool on = blk < nb, onA = on && okA, onB = on && okB;
-        KqLane<uint4> LA, LB;
-        LA.m = LB.m = make_uint4(0u, 0u, 0u, 0u);
-        LA.q[0] = LA.q[1] = LA.q[2] = LA.q[3] = LB.q[0] = LB.q[1] = LB.q[2] = LB.q[3] = LA.m;
-        LA.h[0] = LA.h[1] = LB.h[0] = LB.h[1] = LA.m;
-        LA.d = LB.d = 0u;
-        if (onA) kq_load<TYPE>(LA, w, rA, blk, c0);
-        if (onB) kq_load<TYPE>(LB, w, rB, blk, c0);
-        MmfScales SA, SB;
-        mmf_scales<TYPE>(LA, c0, onA, SA);
-        mmf_scales<TYPE>(LB, c0, onB, SB);
-        const uint2 *xq = xp + ((int64_t)n0 * NS + q) * 32 * 32 + lane;
-#pragma unroll
-        for (int cc = 0; cc < 2; cc++)
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                uint32_t loA, hiA, loB, hiB;
-                kq_values<TYPE>(LA, cc, k, loA, hiA);
-                kq_values<TYPE>(LB, cc, k, loB, hiB);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const uint32_t vA = h ? hiA : loA, vB = h ? hiB : loB;
-                    const uint32_t a0 = mmf_weights<TYPE>(vA, 0x4140u, SA, cc, k, h);
-                    const uint32_t a2 = mmf_weights<TYPE>(vA, 0x4342u, SA, cc, k, h);
-                    const uint32_t a1 = mmf_weights<TYPE>(vB, 0x4140u, SB, cc, k, h);
-                    const uint32_t a3 = mmf_weights<TYPE>(vB, 0x4342u, SB, cc, k, h);
-                    const int slot = (cc * 8 + k) * 2 + h;
-#pragma unroll
-                    for (int n = 0; n < NT; n++) {
-                        if (n0 + n >= tiles8) break;
-                        const uint2 bx = __ldg(xq + ((int64_t)n * NS * 32 + slot) * 32);
-                        mma_f16_m16n8k16(acc[n], a0, a1, a2, a3, bx.x, bx.y);
-                    }
-                }
-            }
-    }
-    float *y = a.seg[s].y;
-    int64_t ldy = a.seg[s].ldy;
-    if (splits > 1) {
-        y = part + (int64_t)blockIdx.z * T * total + mmq_seg_first(a, s);
-        ldy = total;
-    }
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-        const int tok0 = 8 * (n0 + n) + 2 * tig, tok1 = tok0 + 1;
-        if (okA && tok0 < T) y[tok0 * ldy + rA] = acc[n][0];
-        if (okA && tok1 < T) y[tok1 * ldy + rA] = acc[n][1];
-        if (okB && tok0 < T) y[tok0 * ldy + rB] = acc[n][2];
-        if (okB && tok1 < T) y[tok1 * ldy + rB] = acc[n][3];
-    }
-}
-
-/* x [T][ldx] f32 -> xp in mmf_kernel's order (K columns; zeros past K and T) */
-__global__ void mmf_pack_kernel(const float *x, int64_t ldx, int K, int T, int NS, uint2 *xp) {
-    pdl_trigger();
-    pdl_wait();
-    const int64_t n_all = (int64_t)((T + 7) >> 3) * NS * 32 * 32;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_all; i += (int64_t)gridDim.x * blockDim.x) {
-        const int lane = (int)(i & 31), slot = (int)((i >> 5) & 31);
-        const int64_t rest = i >> 10;
-        const int q = (int)(rest % NS), n = (int)(rest / NS);
-        const int gid = lane >> 2, tig = lane & 3, cc = slot >> 4, k = (slot >> 1) & 7, h = slot & 1;
-        const int tok = 8 * n + gid, blk = 2 * q + (tig >> 1), X = (tig & 1) + 2 * cc;
-        const int P = 256 * blk + 64 * X + 32 * h + 4 * k;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (tok < T && P < K) v = *reinterpret_cast<const float4 *>(x + (int64_t)tok * ldx + P);
-        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-        xp[i] = make_uint2(h22u(lo), h22u(hi));
-    }
-}
-
 static int mmq_sms() {
     static int sms[MU_CU_MAX_DEVICES];
     int dev = 0;
@@ -374,9 +218,9 @@ static int mmq_sms() {
 /* Splits of K: enough warps for MMQ_WARPS_PER_SM on every SM, each split at
  * least two K-blocks, within the partials' room (a->part_cap floats). */
 #define MMQ_WARPS_PER_SM 16
-static int mmq_splits(const mu_cu_mvr *a, int64_t groups, int64_t tiles, int64_t total, bool f16) {
+static int mmq_splits(const mu_cu_mvr *a, int64_t groups, int64_t tiles, int64_t total) {
     if (!a->part) return 1;
-    const int64_t nb = f16 ? (a->seg[0].w.cols / 256 + 1) / 2 * 2 : a->seg[0].w.cols / 256, want = (int64_t)mmq_sms() * MMQ_WARPS_PER_SM;
+    const int64_t nb = a->seg[0].w.cols / 256, want = (int64_t)mmq_sms() * MMQ_WARPS_PER_SM;
     int64_t S = (want + groups * tiles - 1) / (groups * tiles);
     if (S > nb / 2) S = nb / 2;
     const int64_t room = a->part_cap / ((int64_t)a->nrows * total);
@@ -384,27 +228,25 @@ static int mmq_splits(const mu_cu_mvr *a, int64_t groups, int64_t tiles, int64_t
     return S > 1 ? (int)S : 1;
 }
 
-template <uint32_t TYPE, int NT, bool F16>
+template <uint32_t TYPE, int NT>
 static cudaError_t mmq_launch(const mu_cu_mvr *a, const mu_cu_exec *x) {
     int64_t groups = 0, total = 0;
     for (int s = 0; s < a->nseg; s++) groups += (a->seg[s].w.rows + 15) / 16, total += a->seg[s].w.rows;
     const int64_t tiles = (a->nrows + 8 * NT - 1) / (8 * NT);
-    const int S = mmq_splits(a, groups, tiles, total, F16);
+    const int S = mmq_splits(a, groups, tiles, total);
     const dim3 grid((unsigned)((groups + MMQ_WARPS - 1) / MMQ_WARPS), (unsigned)tiles, (unsigned)S);
-    cudaError_t e = F16 ? launch_pdl(mmf_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups, S, a->part, total)
-                        : launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups, S, a->part, total);
+    cudaError_t e = launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups, S, a->part, total);
     if (e != cudaSuccess || S == 1) return e;
     const int64_t n = (int64_t)a->nrows * total;
     return launch_pdl(mmq_reduce_kernel, dim3((unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096)), dim3(256),
                       0, x, *a, (const float *)a->part, total, S);
 }
 
-template <uint32_t TYPE, bool F16>
+template <uint32_t TYPE>
 static cudaError_t mmq_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    if (a->nrows <= 8) return mmq_launch<TYPE, 1, F16>(a, x);
-    if (a->nrows <= 16) return mmq_launch<TYPE, 2, F16>(a, x);
-    if (F16 && a->nrows <= 32) return mmq_launch<TYPE, 4, F16>(a, x);
-    return mmq_launch<TYPE, F16 ? 8 : 4, F16>(a, x);
+    if (a->nrows <= 8) return mmq_launch<TYPE, 1>(a, x);
+    if (a->nrows <= 16) return mmq_launch<TYPE, 2>(a, x);
+    return mmq_launch<TYPE, 4>(a, x);
 }
 
 extern "C" int mu_cu_mmq_ok(uint32_t type, int64_t cols) {
@@ -423,28 +265,10 @@ static cudaError_t mmq_check(const mu_cu_mvr *a) {
 extern "C" cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x) {
     if (mmq_check(a) != cudaSuccess || a->ldx % 256 || !a->act.q || !a->act.ds) return cudaErrorInvalidValue;
     switch (a->seg[0].w.type) {
-    case MU_TYPE_Q4_K: return mmq_tiles<MU_TYPE_Q4_K, false>(a, x);
-    case MU_TYPE_Q5_K: return mmq_tiles<MU_TYPE_Q5_K, false>(a, x);
-    case MU_TYPE_Q6_K: return mmq_tiles<MU_TYPE_Q6_K, false>(a, x);
+    case MU_TYPE_Q4_K: return mmq_tiles<MU_TYPE_Q4_K>(a, x);
+    case MU_TYPE_Q5_K: return mmq_tiles<MU_TYPE_Q5_K>(a, x);
+    case MU_TYPE_Q6_K: return mmq_tiles<MU_TYPE_Q6_K>(a, x);
     default: return cudaErrorInvalidValue;
     }
 }
 
-extern "C" cudaError_t mu_cu_mmf_pack(const float *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e) {
-    if (T < 1 || K < 256 || K % 256 || ldx < K || ldx % 4) return cudaErrorInvalidValue;
-    const int NS = (int)((K / 256 + 1) / 2);
-    const int64_t n = (int64_t)((T + 7) / 8) * NS * 1024;
-    const unsigned blocks = (unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048);
-    return launch_pdl(mmf_pack_kernel, dim3(blocks), dim3(256), 0, e, x, ldx, (int)K, T, NS,
-                      reinterpret_cast<uint2 *>(xp));
-}
-
-extern "C" cudaError_t mu_cu_mmf_set(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    if (mmq_check(a) != cudaSuccess || !a->xp) return cudaErrorInvalidValue;
-    switch (a->seg[0].w.type) {
-    case MU_TYPE_Q4_K: return mmq_tiles<MU_TYPE_Q4_K, true>(a, x);
-    case MU_TYPE_Q5_K: return mmq_tiles<MU_TYPE_Q5_K, true>(a, x);
-    case MU_TYPE_Q6_K: return mmq_tiles<MU_TYPE_Q6_K, true>(a, x);
-    default: return cudaErrorInvalidValue;
-    }
-}

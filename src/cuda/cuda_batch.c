@@ -59,8 +59,11 @@ static mm_route batch_route(const cuda_backend *b, int T) {
  * those without a tensor-core kernel as MM_FAST_ROWS). */
 static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws, float *const *ys,
                   const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
-    if (route == MM_MMF) /* the inputs packed as f16 for the tensor cores (A: f32) */
-        CU_CHECK(mu_cu_mmf_pack((const float *)A, ldx, ws[0]->cols, T, b->mmf_x, &b->exec));
+    for (int k = 0; route == MM_MMF && k < n; k++)
+        if (ws[k]->qs && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) { /* the inputs packed as f16 (A: f32) */
+            CU_CHECK(mu_cu_mmf_pack((const float *)A, ldx, ws[k]->cols, T, b->mmf_x, &b->exec));
+            break;
+        }
     if (route == MM_GEMM || route == MM_EXACT_ROWS) {
         for (int k = 0; k < n; k++) {
             const mu_cu_weight *w = ws[k];
@@ -130,13 +133,17 @@ static int batch_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16
 }
 
 /* Splits a row of a batched step's one-launch attention may take (the
- * partial buffers hold n_parts), 0 where the rows' planes differ in
- * capacity (then a launch per row). */
+ * partial buffers hold n_parts), 0 where a row's plane could be wrapped at
+ * the leader's capacity, which the launch applies to every row (a ring of
+ * another capacity, a growing plane larger than the leader's: a growing
+ * plane's slots stay below its own capacity): then a launch per row. */
 static int rows_attention_cap(cuda_backend *const *rows, int T) {
     const cuda_backend *b = rows[0];
     for (int i = 1; i < T; i++)
-        for (int l = 0; l < b->m->hp.n_layer; l++)
-            if (rows[i]->planes[l].capacity != b->planes[l].capacity) return 0;
+        for (int l = 0; l < b->m->hp.n_layer; l++) {
+            const mu_kv_plane *p = &rows[i]->planes[l], *p0 = &b->planes[l];
+            if (p->capacity != p0->capacity && (p->ring || p0->ring || p->capacity > p0->capacity)) return 0;
+        }
     const int64_t fit = b->n_parts / ((int64_t)T * b->m->hp.n_head);
     return (int)(fit < b->split_dec ? fit : b->split_dec);
 }

@@ -39,10 +39,11 @@ typedef struct mu_gpu_plan_in {
 #define MU_GPU_PLAN_SPLIT_MAX 128
 #define MU_GPU_PLAN_SPLIT_PREFILL 8
 
-/* Halves of the f16 tensor-core batch's packed inputs (cu_mmq.cu) for T
- * rows of K columns: tiles of 8 rows x spans of two 256-column blocks. */
+/* Halves of the f16 tensor-core batch's packed inputs (cu_mmf.cu) for T
+ * rows of K columns: tiles of 8 rows x spans of two 256-column blocks x 33
+ * slots of 32 lanes x 4. */
 static inline uint64_t mu_gpu_mmf_halves(uint64_t K, uint64_t T) {
-    return (T + 7) / 8 * 8 * (((K + 255) / 256 + 1) / 2) * 512;
+    return (T + 7) / 8 * (((K + 255) / 256 + 1) / 2) * 33 * 32 * 4;
 }
 
 typedef struct mu_gpu_plan {
