@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_plan.h"
+#include "model/dflash.h"
 
 #define LEDGER_DEVICES 64
 static pthread_mutex_t g_ledger_lock = PTHREAD_MUTEX_INITIALIZER;
