@@ -1,6 +1,6 @@
-/* test_split.c — a split of the layers without a GPU: the layer views of
- * a model and the split backend (backends_split.c) with the CPU on both
- * sides.
+/* test_split.c — --gpu-layers without a GPU: the layer views of a model,
+ * the split backend (backends_split.c) with the CPU on both sides, and the
+ * session options.
  *
  * The split's machinery is the same whichever backends run its sides: the
  * residual rows crossing between them, each side's KV planes, rewinds,
@@ -12,7 +12,9 @@
  * Also: batched decode of split sessions (the sides batched, and row by
  * row when sessions of different splits share a step) against plain CPU
  * sessions; truncate + refeed; a ring checkpoint restored after the rings
- * moved on. */
+ * moved on; -ngl's parsing and its errors (with --backend cpu or ref,
+ * with --gpus, bad values); -ngl 0 with --backend cuda running on the CPU
+ * without touching a GPU; --draft refused beside a split. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,9 @@
 #include "fixture.h"
 #include "muser.h"
 #include "testlib.h"
+#include "tinydraft.h"
+#include "tinymodel.h"
+#include "util/memsize.h"
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double d = 0;
@@ -208,7 +213,102 @@ static void test_machinery(void) {
     tl_fixture_free(&fx);
 }
 
+/* ---- options and their errors ------------------------------------------------------------------ */
+
+static void test_parse(void) {
+    const struct {
+        const char *s;
+        int v;
+    } ok[] = {{"0", 0}, {"1", 1}, {"24", 24}, {"999", 999}, {"all", MUSER_GPU_LAYERS_ALL},
+              {"auto", MUSER_GPU_LAYERS_AUTO}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int v = 12345;
+        CHECKF(mu_parse_gpu_layers(ok[i].s, &v) && v == ok[i].v, "'%s' -> %d", ok[i].s, v);
+    }
+    const char *bad[] = {"", "-1", "+3", "1.5", "x", "3x", " 3", "3 ", "Auto", "ALL", "99999999999", NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int v = 12345;
+        CHECKF(!mu_parse_gpu_layers(bad[i], &v) && v == 12345, "'%s' was taken as %d", bad[i] ? bad[i] : "(null)", v);
+    }
+    printf("  --gpu-layers values: counts, all, auto; signs, fractions, spaces and words refused\n");
+}
+
+static void expect_refusal(muser_model *m, const muser_session_params *sp, int code, const char *words,
+                           const char *what) {
+    muser_session *s = NULL;
+    const int rc = muser_session_new(m, sp, &s);
+    CHECKF(rc == code && !s && strstr(muser_last_error(), words), "%s: status %d, '%s'", what, rc,
+           muser_last_error());
+    muser_session_free(s);
+}
+
+static void test_options(void) {
+    tm_opts o = tm_defaults();
+    size_t size = 0;
+    uint8_t *img = tm_build(&o, &size);
+    muser_model *m = NULL;
+    CHECK(img && muser_model_load(tm_write_temp(img, size, "split"), &m) == 0);
+    free(img);
+    if (!m) return;
+    muser_session_params sp = muser_session_default_params();
+    CHECK(sp.gpu_layers == MUSER_GPU_LAYERS_ALL);
+    sp.n_ctx = 64;
+    sp.gpu_layers = 2;
+    sp.backend = MUSER_BACKEND_CPU;
+    expect_refusal(m, &sp, MUSER_EINVAL, "needs --backend cuda", "-ngl 2 --backend cpu");
+    sp.backend = MUSER_BACKEND_REF;
+    expect_refusal(m, &sp, MUSER_EINVAL, "not ref", "-ngl 2 --backend ref");
+    sp.backend = MUSER_BACKEND_CUDA;
+    sp.gpus = 2;
+    expect_refusal(m, &sp, MUSER_EINVAL, "does not combine with --gpus", "-ngl 2 --gpus 2");
+    sp.gpus = 0;
+    sp.gpu_layers = -7;
+    expect_refusal(m, &sp, MUSER_EINVAL, "--gpu-layers takes", "-ngl -7");
+    sp.gpu_layers = MUSER_GPU_LAYERS_AUTO;
+    sp.backend = MUSER_BACKEND_CPU;
+    expect_refusal(m, &sp, MUSER_EINVAL, "--gpu-layers auto", "-ngl auto --backend cpu");
+    /* -ngl 0: every layer on the CPU, no GPU needed; the lane the GPU session would take */
+    sp.backend = MUSER_BACKEND_CUDA;
+    sp.gpu_layers = 0;
+    muser_session *s = tl_session(m, &sp, "-ngl 0 --backend cuda");
+    if (s) {
+        CHECK(muser_session_backend(s) == MUSER_BACKEND_CPU && muser_session_lane(s) == MUSER_LANE_FAST);
+        const muser_token t[3] = {1, 2, 3};
+        CHECK(muser_session_feed(s, t, 3, false) == 0);
+        muser_session_free(s);
+    }
+#ifndef MUSER_HAVE_CUDA
+    /* a split needs the CUDA backend: a build without it says so */
+    sp.gpu_layers = 1;
+    expect_refusal(m, &sp, MUSER_EBACKEND, "no CUDA backend", "-ngl 1 without CUDA");
+    sp.gpu_layers = MUSER_GPU_LAYERS_AUTO;
+    expect_refusal(m, &sp, MUSER_EBACKEND, "no CUDA backend", "-ngl auto without CUDA");
+#endif
+    /* a drafter beside a split: refused with the reason */
+    td_opts d = td_defaults();
+    uint8_t *dimg = td_build(&d, &size);
+    muser_drafter *dr = NULL;
+    CHECK(dimg && muser_drafter_load(tm_write_temp(dimg, size, "split-draft"), m, &dr) == 0);
+    free(dimg);
+    sp.backend = MUSER_BACKEND_CPU;
+    sp.gpu_layers = MUSER_GPU_LAYERS_ALL;
+    s = dr ? split_session(m, &sp, 2) : NULL;
+    if (s) {
+        const int rc = muser_session_set_drafter(s, dr, 0);
+        CHECKF(rc == MUSER_EUNSUPPORTED && strstr(muser_last_error(), "split between the GPU and the CPU"),
+               "a drafter beside a split: %d '%s'", rc, muser_last_error());
+        muser_session_free(s);
+    }
+    muser_drafter_free(dr);
+    muser_model_free(m);
+    printf("  options: -ngl refused with --backend cpu/ref, with --gpus, below 0; -ngl 0 runs on the CPU; "
+           "--draft refused beside a split\n");
+}
+
 int main(void) {
+    printf("options:\n");
+    test_parse();
+    test_options();
     printf("a split with the CPU on both sides:\n");
     test_parity("fixtures/nano/nano-Q4_K_M");
     test_parity("fixtures/nano/nano-Q8_0");
