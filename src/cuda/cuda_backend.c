@@ -544,14 +544,8 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     b->cublas->set_stream(b->blas, b->exec.stream);
 
     /* RoPE bases: one cos/sin table per distinct base (the step record's size) */
-    for (int l = 0; l < hp->n_layer; l++) {
-        const mu_layer *L = &m->layers[l];
-        int i = 0;
-        while (L->use_rope && i < b->n_bases && b->bases[i] != L->rope_base) i++;
-        if (!L->use_rope || i < b->n_bases) continue;
-        if (b->n_bases == 8) return mu_fail(MUSER_EUNSUPPORTED, "more than 8 distinct RoPE bases");
-        b->bases[b->n_bases++] = L->rope_base;
-    }
+    b->n_bases = cuda_rope_bases(m, b->bases);
+    if (b->n_bases < 0) return mu_fail(MUSER_EUNSUPPORTED, "more than 8 distinct RoPE bases");
     /* the memory plan, before any allocation of size: every buffer below
      * is what it planned */
     b->kv_elem = b->kv_f32 ? 4 : 2;

@@ -258,6 +258,9 @@ void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t);
  * would fit. */
 int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struct cudaDeviceProp *prop,
                       mu_gpu_plan *plan);
+/* The distinct RoPE bases of m's layers, in order of first use, into
+ * bases (a cos/sin table each in the step record); -1 past 8. */
+int cuda_rope_bases(const mu_model *m, float bases[8]);
 /* Gives bytes back to the ledger of GPU device. */
 void cuda_ledger_release(int device, uint64_t bytes);
 

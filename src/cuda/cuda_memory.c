@@ -84,21 +84,23 @@ static int available_on(int device, uint64_t cap, uint64_t *available, uint64_t 
     return 0;
 }
 
-/* The distinct RoPE bases of m's layers (a cos/sin table each in the step record). */
-static int rope_bases(const mu_model *m) {
-    float bases[8];
+int cuda_rope_bases(const mu_model *m, float bases[8]) {
     int n = 0;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const mu_layer *L = &m->layers[l];
         int i = 0;
         while (L->use_rope && i < n && bases[i] != L->rope_base) i++;
-        if (L->use_rope && i == n && n < 8) bases[n++] = L->rope_base;
+        if (!L->use_rope || i < n) continue;
+        if (n == 8) return -1;
+        bases[n++] = L->rope_base;
     }
     return n;
 }
 
+/* a view's step record, as its session will lay it out (rank_init) */
 static int64_t view_rec_bytes(const mu_model *v) {
-    const int n = rope_bases(v);
+    float bases[8];
+    const int n = cuda_rope_bases(v, bases);
     return mu_cu_rec_bytes(v->hp.n_layer, n > 0 ? n : 1, v->hp.n_rot);
 }
 
