@@ -95,7 +95,18 @@ typedef struct muser_session_params {
     uint64_t gpu_mem;      /* CUDA: bytes Muser may allocate on each GPU, for
                               all its sessions together (0: what the GPU
                               has free)                                     */
+    int gpu_layers;        /* CUDA (llama.cpp's -ngl): the first gpu_layers
+                              layers run on the GPU, the rest and the output
+                              head on the CPU, in the same token step; 0:
+                              every layer on the CPU; n_layer or more, or
+                              MUSER_GPU_LAYERS_ALL (the default): all of
+                              them and the head on the GPU;
+                              MUSER_GPU_LAYERS_AUTO: the most that fit
+                              under gpu_mem                                  */
 } muser_session_params;
+
+#define MUSER_GPU_LAYERS_ALL (-1)
+#define MUSER_GPU_LAYERS_AUTO (-2)
 
 muser_session_params muser_session_default_params(void);
 

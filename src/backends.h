@@ -23,6 +23,22 @@ int mu_ref_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backe
  * the build has no CUDA backend. */
 int mu_cuda_backend_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
 
+/* How many of m's layers fit on the GPU under cfg's settings and
+ * --gpu-mem (cuda_memory.c's plan, against what the GPU has free and what
+ * Muser's sessions already hold there): *n in [0, n_layer], n_layer
+ * meaning the head too (--gpu-layers auto). MUSER_EBACKEND without a
+ * usable GPU. */
+int mu_cuda_fit_layers(const mu_model *m, const mu_session_config *cfg, int *n);
+
+/* A split of m's layers between two backends (backends_split.c): the
+ * embedding and the first n_first layers on a backend of kind `first`,
+ * the rest and the head on one of kind `second` (CUDA then CPU for
+ * --gpu-layers; CPU then CPU in the tests), 0 < n_first < n_layer. cfg:
+ * resolved, the lane included; both sides take it. */
+int mu_split_backend_new(const mu_model *m, const mu_session_config *cfg, int n_first, muser_backend first,
+                         muser_backend second, mu_backend **out);
+bool mu_backend_is_split(const mu_backend *b);
+
 /* A DFlash drafter's backend, beside a target session running on `kind`
  * (the drafter runs where the target runs: it reads the target's hidden
  * states and shares its embedding and LM head; target: the target

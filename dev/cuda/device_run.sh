@@ -4,17 +4,18 @@
 # repository root with, in .devtree/ (ignored by git, sent with `carry`):
 #   new.tar   the build under test: libmuser_core.so (a -DMUSER_SHARED_CORE=ON
 #             build keeps the binaries small), muser, test_cuda, test_cuda_tp,
-#             test_cuda_batch, test_cuda_spec and bench_cuda (optional)
+#             test_cuda_batch, test_cuda_spec, test_cuda_split and bench_cuda (optional)
 #   base.tar  optional: a baseline's libmuser_core.so and muser, for A/B
 #   lib/      shared libraries the GPU machine lacks (pcre2, cjson, microhttpd)
 #   shared/   optional: ../shared's fixtures the tests read (MUSER_DATA_DIR)
 #
 #   [PP=512] [WIDTHS=1,2,4] [TUNES='a=1 b=0'] [PP_TUNES=...] [NO_TP=1] bash dev/cuda/device_run.sh [tests] [e2e] [synth-bg] [ab]
-#       [parallel] [pp] [memcap] [ROUNDS]
+#       [parallel] [pp] [memcap] [ngl] [ROUNDS]
 # tests: test_cuda and test_cuda_batch twice, on the GPU's own paths and
 # with MUSER_CUDA_PORTABLE=1 (the paths of GPUs below Hopper); memcap: the
 # 30B under --gpu-mem caps (24G at -c 32768, 20G at -c 8192, and 16G, which
-# must fail with the plan's message). The build may be for sm_90 alone
+# must fail with the plan's message); ngl: the 30B with --gpu-layers (auto
+# under 12G, a fixed split, all; bench at a split). The build may be for sm_90 alone
 # (-DMUSER_CUDA_ARCHS=90-real: docs/cuda.md).
 # Logs go to $OUT (or /tmp/cuda-run).
 set -u
@@ -76,6 +77,19 @@ case " $MODES " in *" tests "*)
         echo "test_cuda_batch portable=$portable rc=$?"
         grep -E "CHECK failed|passed|failed" "$OUT/test_batch_p$portable.log" | head -10
     done
+    if [ -x $D/new/test_cuda_split ]; then
+        for portable in 0 1; do
+            stamp "test_cuda_split MUSER_CUDA_PORTABLE=$portable"
+            with new env MUSER_CUDA_PORTABLE=$portable MUSER_TEST_DATA=$PWD/tests/data MUSER_DATA_DIR=$PWD/$D/shared \
+                timeout 500 $D/new/test_cuda_split >"$OUT/test_split_p$portable.log" 2>&1
+            echo "test_cuda_split portable=$portable rc=$?"
+            grep -E "CHECK failed|SKIPPED|passed|failed|-ngl" "$OUT/test_split_p$portable.log" | head -40
+        done
+        stamp "tests/cli/gpu_layers.sh"
+        with new env MUSER_BIN=$PWD/$D/new/muser MUSER_TEST_DATA=$PWD/tests/data timeout 300 bash tests/cli/gpu_layers.sh \
+            >"$OUT/cli_gpu_layers.log" 2>&1
+        echo "cli gpu_layers rc=$?"; grep -E "FAIL|passed|SKIPPED|differ" "$OUT/cli_gpu_layers.log" | head -20
+    fi
     if [ -x $D/new/test_cuda_spec ]; then
         stamp "test_cuda_spec"
         with new env MUSER_TEST_DATA=$PWD/tests/data timeout 300 $D/new/test_cuda_spec >"$OUT/test_spec.log" 2>&1
@@ -102,6 +116,25 @@ case " $MODES " in *" memcap "*)
     with new env MUSER_QUIET=0 timeout 300 $D/new/muser bench -m $M --backend cuda --gpu-mem 24G --lane fast \
         --depths 0,32000 -n 32 --pp 512 >"$OUT/memcap_bench.md" 2>"$OUT/memcap_bench.err"
     echo "rc=$?"; grep -E "^\| [0-9]|device|prefill|pp[0-9]" "$OUT/memcap_bench.md" | cut -c1-600
+    ;;
+esac
+
+case " $MODES " in *" ngl "*)
+    # --gpu-layers on the 30B: auto under a 12G cap (the rest on the CPU),
+    # a fixed split, all layers; then bench at a split (decode, pp 128)
+    need_30b
+    for spec in "12G auto" "24G 26" "24G all"; do
+        set -- $spec
+        stamp "run --gpu-mem $1 -ngl $2 -c 8192"
+        f="$OUT/ngl_$1_$2"
+        with new timeout 300 $D/new/muser run -m $M --backend cuda --gpu-mem $1 -ngl $2 -c 8192 -p "The cat sat" \
+            -n 16 --temp 0 --verbose >"$f.out" 2>"$f.err"
+        echo "rc=$?"; grep -E "gpu-layers|layers split|not enough|GPU memory" "$f.err" | cut -c1-400; head -c 300 "$f.out"
+    done
+    stamp "bench -ngl 40, depths 0,4096, pp128"
+    with new timeout 400 $D/new/muser bench -m $M --backend cuda -ngl 40 --depths 0,4096 -n 8 --pp 128 \
+        >"$OUT/ngl_bench.md" 2>"$OUT/ngl_bench.err"
+    echo "rc=$?"; grep -E "^\| [0-9]|device|prefill" "$OUT/ngl_bench.md" | cut -c1-400
     ;;
 esac
 

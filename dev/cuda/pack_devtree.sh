@@ -12,8 +12,10 @@ cd "$(dirname "$0")/../.."
 B=${BUILD:-build-device}
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DMUSER_WERROR=ON -DMUSER_SHARED_CORE=ON -DMUSER_DEV=ON \
   -DMUSER_CUDA_ARCHS="${ARCHS:-90-real}" >/dev/null
-cmake --build "$B" -j"$(nproc)" --target muser test_cuda test_cuda_tp test_cuda_batch test_cuda_spec bench_cuda
+cmake --build "$B" -j"$(nproc)" --target muser test_cuda test_cuda_tp test_cuda_batch test_cuda_spec test_cuda_split \
+  bench_cuda
 mkdir -p .devtree/lib
-tar -C "$B" -cf .devtree/new.tar libmuser_core.so muser test_cuda test_cuda_tp test_cuda_batch test_cuda_spec bench_cuda
+tar -C "$B" -cf .devtree/new.tar libmuser_core.so muser test_cuda test_cuda_tp test_cuda_batch test_cuda_spec \
+  test_cuda_split bench_cuda
 for lib in $(ldd "$B/muser" | awk '/pcre2|cjson|microhttpd/ {print $3}'); do cp -L "$lib" .devtree/lib/; done
 ls -la .devtree/new.tar .devtree/lib

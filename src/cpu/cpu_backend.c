@@ -134,10 +134,15 @@ static void tok_post_ffn(cpu_backend *b, int layer, int t) {
 
 /* ---- the forward pass ------------------------------------------------------ */
 
-/* The embedding rows of the tokens into x, normed where the model says so. */
+/* The embedding rows of the tokens into x, normed where the model says so;
+ * a split's later side takes the residual rows its earlier side left. */
 static void embed(cpu_backend *b, const muser_token *tokens, int T) {
     const mu_model *m = b->m;
     const int64_t E = m->hp.n_embd;
+    if (!mu_model_embeds(m)) {
+        memcpy(b->x, b->hidden, sizeof(float) * (size_t)T * (size_t)E);
+        return;
+    }
     PROF_BEGIN(b);
     for (int t = 0; t < T; t++)
         mu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes,
@@ -200,6 +205,10 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
         }
 
         layer_after_attention(b, l, T);
+    }
+    if (!mu_model_heads(m)) { /* a split's earlier side: the residual rows cross to the later one */
+        memcpy(b->hidden, b->x, sizeof(float) * (size_t)T * (size_t)E);
+        return 0;
     }
 
     /* Final norm and LM head for the rows that want logits. */
@@ -269,6 +278,10 @@ static int cpu_forward_batch(mu_backend *const *rows, const muser_token *tokens,
             if (rc) return rc;
         }
         layer_after_attention(b, l, n);
+    }
+    if (!mu_model_heads(m)) { /* the rows cross to the split's later side through the leader's rows */
+        memcpy(b->hidden, b->x, sizeof(float) * (size_t)n * (size_t)E);
+        return 0;
     }
     for (int r = 0; r < n; r++) mu_rmsnorm(b->x + r * E, m->output_norm, b->a + r * E, E, hp->rms_eps);
     /* The head reads the output matrix once for all rows, into [n][n_vocab]. */
@@ -362,6 +375,11 @@ static int cpu_fill_kv(mu_backend *base, int depth, uint64_t seed) {
     return 0;
 }
 
+static int cpu_set_hidden(mu_backend *base, float *rows) {
+    ((cpu_backend *)base)->hidden = rows;
+    return 0;
+}
+
 static const mu_backend_ops cpu_ops = {.name = "cpu",
                                        .forward = cpu_forward,
                                        .truncate = cpu_truncate,
@@ -375,14 +393,15 @@ static const mu_backend_ops cpu_ops = {.name = "cpu",
                                        .set_capture = mu_cpu_set_capture,
                                        .tentative_begin = mu_cpu_tentative_begin,
                                        .tentative_keep = mu_cpu_tentative_keep,
-                                       .draft_inject = mu_cpu_draft_inject};
+                                       .draft_inject = mu_cpu_draft_inject,
+                                       .set_hidden = cpu_set_hidden};
 
 /* Every weight needs this ISA's kernels: the model binds any type it can
  * dequantize, some of which (Q8_1, Q8_K: activation formats) the CPU does
  * not multiply with. */
 static int check_kernels(const mu_cpu_kernels *k, const mu_model *m) {
-    const mu_weight *out = &m->output;
-    if (!k->matvec_f32[out->type] || !k->matmul_f32[out->type]) goto missing;
+    const mu_weight *out = &m->output; /* (none in a split's earlier side) */
+    if (out->data && (!k->matvec_f32[out->type] || !k->matmul_f32[out->type])) goto missing;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const mu_layer *L = &m->layers[l];
         const mu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wgate, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};

@@ -76,6 +76,8 @@ typedef struct cpu_backend {
     int n_cap;
     float *cap_rows;         /* [T][n_cap][n_embd] the caller's capture rows    */
     mu_tentative tentative;  /* ring rows a verify step may have to put back    */
+    float *hidden;           /* a split's side (set_hidden): [T][n_embd] the residual stream
+                                entering its first layer, or leaving its last */
     const struct muser_drafter *draft; /* drafter backends: fc and its norm; NULL otherwise */
     bool bidirectional;      /* drafter backends: a chunk's tokens see each other */
 } cpu_backend;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cuda/cuda_features.h"
+#include "cuda/cuda_plan.h"
 #include "cuda/cuda_tuning.h"
 #include "engine/engine.h"
 
@@ -54,6 +55,11 @@ int mu_cuda_attn_cluster_rows(const mu_backend *b);
 /* The session's matvec launches so far that could run with paired staging
  * (tuning.pair_staging), and those that did (tests: that the route ran). */
 void mu_cuda_pair_launches(const mu_backend *b, long long *eligible, long long *paired);
+
+/* The memory plan of a session holding the first n of m's layers on GPU
+ * 0 (n = n_layer: all and the head) under cfg's settings, against what it
+ * may take there now (--gpu-layers: cuda_plan.h; tests). */
+int mu_cuda_plan_layers(const mu_model *m, const mu_session_config *cfg, int n, mu_gpu_plan *plan);
 
 /* Sessions holding a reference to the single-GPU weights of m on device
  * (0: none resident); the sessions of one model share one upload. */

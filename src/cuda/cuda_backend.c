@@ -82,11 +82,20 @@ int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, si
     return 0;
 }
 
+int cuda_copy_hidden(cuda_backend *b, int T) {
+    if (!b->hidden) return mu_fail(MUSER_EINVAL, "cuda: a split's side without its crossing rows (set_hidden)");
+    CU_CHECK(cudaMemcpyAsync(b->hidden, b->h, (size_t)T * (size_t)b->E * sizeof(float), cudaMemcpyDeviceToHost,
+                             b->exec.stream));
+    CU_CHECK(cudaStreamSynchronize(b->exec.stream));
+    return 0;
+}
+
 /* ---- the backend interface -------------------------------------------------------------- */
 
 static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int pos0, bool all_logits, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
     const size_t V = (size_t)b->V;
+    const bool head = mu_model_heads(b->m);
     RC(cuda_use_device(b));
     if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, b->T_max);
     RC(cuda_fill_records(b, tokens, T, pos0, 0.0f, 0));
@@ -94,11 +103,21 @@ static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int 
         RC(cuda_decode_run(b));
         RC(cuda_sync_checked(b));
         if (b->prof && b->prof->on) RC(cuda_prof_collect(b, pos0));
-        return cuda_copy_logits(b, b->logits, 1, logits, V);
+        return head ? cuda_copy_logits(b, b->logits, 1, logits, V) : cuda_copy_hidden(b, 1);
     }
     RC(cuda_prefill_run(b, T, all_logits));
     RC(cuda_sync_checked(b));
+    if (!head) return cuda_copy_hidden(b, T);
     return all_logits ? cuda_copy_logits(b, b->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
+}
+
+static int cuda_set_hidden(mu_backend *base, float *rows) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (!mu_model_embeds(b->m))
+        return mu_fail(MUSER_EUNSUPPORTED, "cuda: a split's later side (layers from %d on) runs on the CPU",
+                       b->m->layer0);
+    b->hidden = rows;
+    return 0;
 }
 
 int mu_cuda_decode_select(mu_backend *base, muser_token token, int pos, float temperature, uint64_t seed,
@@ -319,6 +338,7 @@ static const mu_backend_ops cuda_ops = {
     .set_capture = cuda_set_capture,
     .tentative_begin = cuda_tentative_begin,
     .tentative_keep = cuda_tentative_keep,
+    .set_hidden = cuda_set_hidden,
 };
 
 cuda_backend *cuda_backend_of(mu_backend *base) { return base && base->ops == &cuda_ops ? (cuda_backend *)base : NULL; }
@@ -335,10 +355,13 @@ static int check_model(const mu_model *m) {
                        hp->n_head, hp->n_head_kv);
     if (hp->n_embd % 32 || hp->n_ff % 32 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return mu_fail(MUSER_EUNSUPPORTED, "the CUDA backend needs n_embd and n_ff multiples of 32");
+    if (!mu_model_embeds(m))
+        return mu_fail(MUSER_EUNSUPPORTED, "the CUDA backend runs the first layers of a split (from the embedding), "
+                                           "not layers %d-%d", m->layer0, m->layer0 + hp->n_layer - 1);
     const mu_weight *all[2] = {&m->tok_embd, &m->output};
     for (int i = 0; i < 2; i++) {
         mu_cu_layout lay;
-        if (!mu_cu_weight_layout(all[i]->type, all[i]->rows, all[i]->cols, &lay))
+        if (all[i]->data && !mu_cu_weight_layout(all[i]->type, all[i]->rows, all[i]->cols, &lay))
             return mu_fail(MUSER_EUNSUPPORTED, "%s: type %s is not supported by the CUDA backend", all[i]->name,
                            mu_type_name(all[i]->type));
     }
@@ -398,7 +421,9 @@ void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t) {
     const int most = MU_CU_ATTN_CLUSTER_MAX * 128;
     b->attn_cluster_rows = !b->feat.clusters || t->attn_cluster < 0 ? 0 : t->attn_cluster > most ? most : t->attn_cluster;
     b->attn_cluster = b->attn_cluster_rows <= 128 ? 2 : (b->attn_cluster_rows + 127) / 128;
-    b->norm_in = norm_in_fits(b->m, b->fast, b->tp) && t->norm_in;
+    /* (a split's first side ends with the residual stream itself, which the
+     * producers' tails leave in h) */
+    b->norm_in = norm_in_fits(b->m, b->fast, b->tp) && t->norm_in && mu_model_heads(b->m);
     for (int r = 0; r < N_ROUTES; r++) { /* a new capture picks the settings up */
         if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
         b->graph[r] = NULL;
@@ -423,14 +448,16 @@ void mu_cuda_pair_launches(const mu_backend *base, long long *eligible, long lon
 
 /* One line: the device, what the session holds on it, the settings in use. */
 static void describe(cuda_backend *b, const struct cudaDeviceProp *prop) {
-    char tune[512], feat[160], cap[48] = "";
+    char tune[512], feat[160], cap[48] = "", layers[64] = "";
     mu_cuda_tuning_format(&b->tune, tune, sizeof tune);
     mu_cuda_features_format(&b->feat, feat, sizeof feat);
     if (b->cfg.gpu_mem) snprintf(cap, sizeof cap, " (--gpu-mem %.2f GiB)", b->cfg.gpu_mem / 1073741824.0);
+    if (!mu_model_heads(b->m))
+        snprintf(layers, sizeof layers, "layers 0-%d of %d, no head; ", b->m->hp.n_layer - 1, b->m->whole->hp.n_layer);
     snprintf(b->desc, sizeof b->desc,
-             "%.120s, %.1f GB, cc %d.%d, %d SMs; %s; lane %s, KV %s, decode norms %s; GPU memory%s: weights %.2f GB "
+             "%.120s, %.1f GB, cc %d.%d, %d SMs; %s; %slane %s, KV %s, decode norms %s; GPU memory%s: weights %.2f GB "
              "(%s), f16 prefill cache %.2f GB, KV %.2f GB, buffers %.2f GB, logits %.2f GB; tuning: %.400s",
-             prop->name, prop->totalGlobalMem / 1e9, prop->major, prop->minor, prop->multiProcessorCount, feat,
+             prop->name, prop->totalGlobalMem / 1e9, prop->major, prop->minor, prop->multiProcessorCount, feat, layers,
              b->fast ? "fast" : "exact", b->kv_f32 ? "f32" : "f16",
              b->norm_in ? "formed by their consumers" : "in the producers' tails", cap, b->w->wbytes / 1e9,
              b->tp ? "this rank's" : "shared by the model's sessions", b->w->f16bytes / 1e9, b->plan.kv / 1e9,
@@ -518,14 +545,8 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     b->cublas->set_stream(b->blas, b->exec.stream);
 
     /* RoPE bases: one cos/sin table per distinct base (the step record's size) */
-    for (int l = 0; l < hp->n_layer; l++) {
-        const mu_layer *L = &m->layers[l];
-        int i = 0;
-        while (L->use_rope && i < b->n_bases && b->bases[i] != L->rope_base) i++;
-        if (!L->use_rope || i < b->n_bases) continue;
-        if (b->n_bases == 8) return mu_fail(MUSER_EUNSUPPORTED, "more than 8 distinct RoPE bases");
-        b->bases[b->n_bases++] = L->rope_base;
-    }
+    b->n_bases = cuda_rope_bases(m, b->bases);
+    if (b->n_bases < 0) return mu_fail(MUSER_EUNSUPPORTED, "more than 8 distinct RoPE bases");
     /* the memory plan, before any allocation of size: every buffer below
      * is what it planned */
     b->kv_elem = b->kv_f32 ? 4 : 2;

@@ -31,7 +31,7 @@ static bool fast_rows_every_matrix(const cu_weights *W, int n_layer) {
             !mu_cu_matvec_rows_fast_ok(D->ffn_down.type, D->ffn_down.cols, 1))
             return false;
     }
-    return mu_cu_matvec_rows_fast_ok(W->output.type, W->output.cols, 0);
+    return !W->output.qs || mu_cu_matvec_rows_fast_ok(W->output.type, W->output.cols, 0); /* (a split's first side has none) */
 }
 
 static bool fast_rows_every(const cuda_backend *b) {
@@ -200,6 +200,7 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_ffn_norm, next, f16), T, x));
     }
+    if (!mu_model_heads(b->m)) return 0; /* a split's first side: the rows' h crosses to the CPU */
     RC(cuda_logit_rows_reserve(b, T));
     RC(mm_one(b, route, &b->w->output, b->logits_all, b->V, A, aq, ads, b->E, T));
     CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
@@ -236,6 +237,7 @@ int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, co
     }
     RC(run_batch(b, rows, n));
     RC(cuda_sync_checked(b));
+    if (!mu_model_heads(b->m)) return cuda_copy_hidden(b, n); /* (into the leader's crossing rows) */
     for (int i = 0; i < n; i++) RC(cuda_copy_logits(b, b->logits_all + (size_t)i * b->V, 1, logits[i], (size_t)b->V));
     return 0;
 }

@@ -214,7 +214,8 @@ int cuda_decode_part(cuda_backend *b, int part, prof_state *p) {
     if (b->tp && !b->xr.n) RC(enqueue_tp_tail(b, part, p));
     if (part % 2 == 1) return enqueue_ffn_block(b, (part - 1) / 2, p);
     if (part < 2 * L) return enqueue_attn_block(b, part / 2, p);
-    RC(cuda_head_matvec(b, 0, true, p));
+    /* (a split's first side ends here: the residual stream in h crosses to the CPU) */
+    if (mu_model_heads(b->m)) RC(cuda_head_matvec(b, 0, true, p));
     RC(cuda_prof_mark(b, p, PF_COUNT));
     return 0;
 }
@@ -228,7 +229,7 @@ int cuda_best_copy(cuda_backend *b) {
 /* Enqueues one decode step of a single GPU on the stream. */
 static int enqueue_decode(cuda_backend *b, prof_state *p) {
     for (int part = 0; part < cuda_decode_parts(b); part++) RC(cuda_decode_part(b, part, p));
-    return cuda_best_copy(b);
+    return mu_model_heads(b->m) ? cuda_best_copy(b) : 0;
 }
 
 int mu_cuda_launches_per_token(const mu_backend *base) {

@@ -215,6 +215,11 @@ typedef struct cuda_backend {
     cu_weights *share;
     void *d_feat;         /* [T][n_target_layers x E] target features on the device: f16 (fast lane) or f32 */
     void *h_feat;         /* [T][n_target_layers x E] their pinned staging, same type */
+    /* the first side of a --gpu-layers split (m a layer view without the
+     * head, mu_model_heads false): a chunk ends with the residual stream h
+     * after its last layer copied to these host rows (set_hidden), not with
+     * the head */
+    float *hidden;        /* [T][E] host                                           */
 } cuda_backend;
 
 /* cuda_backend.c */
@@ -224,6 +229,9 @@ void cuda_rank_free(cuda_backend *b);
 int cuda_use_device(const cuda_backend *b);
 int cuda_sync_checked(cuda_backend *b);
 int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, size_t dst_stride);
+/* A split's first side: the residual stream of the chunk's T rows (h) into
+ * the host rows set_hidden gave. */
+int cuda_copy_hidden(cuda_backend *b, int T);
 int cuda_truncate(mu_backend *base, int pos);
 /* The checkpoint row mover (mu_ckpt_copy): K and V rows of a layer's
  * physical slots between the device and host buffers. */
@@ -251,6 +259,9 @@ void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t);
  * would fit. */
 int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struct cudaDeviceProp *prop,
                       mu_gpu_plan *plan);
+/* The distinct RoPE bases of m's layers, in order of first use, into
+ * bases (a cos/sin table each in the step record); -1 past 8. */
+int cuda_rope_bases(const mu_model *m, float bases[8]);
 /* Gives bytes back to the ledger of GPU device. */
 void cuda_ledger_release(int device, uint64_t bytes);
 
@@ -261,6 +272,9 @@ void cuda_weights_ref(cu_weights *w);
 /* Whether w (a matrix of b->m) is one of b->share's (the target's
  * embedding or LM head, which a drafter reads without an upload). */
 bool cuda_weight_borrowed(const cuda_backend *b, const mu_weight *w);
+/* Whether m's weights are resident on device (shared), without taking a
+ * reference; *f16_cache: with their f16 copies. */
+bool cuda_weights_resident(const mu_model *m, int device, bool *f16_cache);
 /* A reference to m's weights resident on device (shared), or NULL. */
 cu_weights *cuda_weights_acquire(const mu_model *m, int device);
 /* Uploads b->m's weights into a new b->w (one reference, not shared). */

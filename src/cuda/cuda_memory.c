@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends.h"
+#include "cuda/cuda_api.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_plan.h"
 #include "model/dflash.h"
@@ -67,22 +69,103 @@ static void plan_input(const cuda_backend *b, const mu_session_config *cfg, uint
     in->available = available;
 }
 
-int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struct cudaDeviceProp *prop,
-                      mu_gpu_plan *plan) {
+/* What a new session may take on the current GPU: the smaller of what it
+ * has free and --gpu-mem less what Muser's sessions hold there. */
+static int available_on(int device, uint64_t cap, uint64_t *available, uint64_t *free_bytes) {
     size_t free_b = 0, total_b = 0;
     CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const uint64_t cap = cfg->gpu_mem, held = held_on(b->device);
-    uint64_t available = free_b;
+    const uint64_t held = held_on(device);
+    *free_bytes = free_b;
+    *available = free_b;
     if (cap) {
         const uint64_t left = cap > held ? cap - held : 0;
-        if (left < available) available = left;
+        if (left < *available) *available = left;
     }
+    return 0;
+}
+
+int cuda_rope_bases(const mu_model *m, float bases[8]) {
+    int n = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const mu_layer *L = &m->layers[l];
+        int i = 0;
+        while (L->use_rope && i < n && bases[i] != L->rope_base) i++;
+        if (!L->use_rope || i < n) continue;
+        if (n == 8) return -1;
+        bases[n++] = L->rope_base;
+    }
+    return n;
+}
+
+/* a view's step record, as its session will lay it out (rank_init) */
+static int64_t view_rec_bytes(const mu_model *v) {
+    float bases[8];
+    const int n = cuda_rope_bases(v, bases);
+    return mu_cu_rec_bytes(v->hp.n_layer, n > 0 ? n : 1, v->hp.n_rot);
+}
+
+static bool view_resident(const mu_model *v, void *ctx, bool *f16_cache) {
+    return cuda_weights_resident(v, *(const int *)ctx, f16_cache);
+}
+
+/* The most of m's layers whose plan fits `settings` (lane, KV, context,
+ * batch, available) on device: the weights of a view already resident
+ * there count once. */
+static int fit_layers(const mu_model *m, const mu_gpu_plan_in *settings, int device) {
+    int dev = device;
+    mu_gpu_layers_model c = {m, cuda_weight_dev_bytes, view_rec_bytes, view_resident, &dev, settings};
+    return mu_gpu_plan_fit_layers(m->hp.n_layer, mu_gpu_plan_model_layers, &c, NULL);
+}
+
+/* A one-GPU session's settings as the plan takes them, and what it may
+ * take on GPU 0 now. */
+static int settings_of(const mu_session_config *cfg, mu_gpu_plan_in *settings) {
+    memset(settings, 0, sizeof *settings);
+    RC(mu_cuda_probe());
+    CU_CHECK(cudaSetDevice(0));
+    mu_cuda_tuning tune;
+    RC(mu_cuda_tuning_from_env(&tune));
+    uint64_t free_b = 0;
+    RC(available_on(0, cfg->gpu_mem, &settings->available, &free_b));
+    settings->n_ctx = cfg->n_ctx, settings->n_batch = cfg->n_batch;
+    settings->kv_f32 = cfg->kv_type == MUSER_KV_F32, settings->fast = cfg->lane == MUSER_LANE_FAST;
+    settings->prefill_cache = tune.prefill_cache;
+    return 0;
+}
+
+int mu_cuda_fit_layers(const mu_model *m, const mu_session_config *cfg, int *n) {
+    *n = 0;
+    mu_gpu_plan_in settings;
+    RC(settings_of(cfg, &settings));
+    *n = fit_layers(m, &settings, 0);
+    return 0;
+}
+
+int mu_cuda_plan_layers(const mu_model *m, const mu_session_config *cfg, int n, mu_gpu_plan *plan) {
+    if (n < 1 || n > m->hp.n_layer) return mu_fail(MUSER_EINVAL, "no plan for %d of %d layers", n, m->hp.n_layer);
+    mu_gpu_plan_in settings, in;
+    RC(settings_of(cfg, &settings));
+    int dev = 0;
+    mu_gpu_layers_model c = {m, cuda_weight_dev_bytes, view_rec_bytes, view_resident, &dev, &settings};
+    mu_gpu_plan_model_layers(&c, n, &in);
+    mu_gpu_plan_make(&in, plan);
+    return 0;
+}
+
+int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struct cudaDeviceProp *prop,
+                      mu_gpu_plan *plan) {
+    const uint64_t cap = cfg->gpu_mem;
+    uint64_t available = 0, free_b = 0;
+    RC(available_on(b->device, cap, &available, &free_b));
     mu_gpu_plan_in in;
     plan_input(b, cfg, available, &in);
     mu_gpu_plan_make(&in, plan);
     if (!plan->fits) {
-        char msg[1024];
-        mu_gpu_plan_explain(&in, plan, cap, free_b, b->device, msg, sizeof msg);
+        /* the advice of a split: the most layers of the whole model that fit */
+        const mu_model *whole = b->m->whole ? b->m->whole : b->m;
+        const int fit = b->tp || b->draft ? -1 : fit_layers(whole, &in, b->device);
+        char msg[1400];
+        mu_gpu_plan_explain(&in, plan, cap, free_b, b->device, fit, whole->hp.n_layer, msg, sizeof msg);
         return mu_fail(MUSER_EBACKEND, "GPU %d (%s): %s", b->device, prop->name, msg);
     }
     uint64_t before = 0;

@@ -64,7 +64,7 @@ void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *p) {
         p->parts = (int64_t)in->n_batch * in->n_head * p->split_pre;
 
     p->weights = in->weight_bytes + in->norm_bytes;
-    p->logits = a256((uint64_t)in->n_batch * (uint64_t)in->V * 4);
+    p->logits = in->head ? a256((uint64_t)in->n_batch * (uint64_t)in->V * 4) : 0;
     p->reserve = MU_GPU_PLAN_RESERVE;
     /* the dequantized tiles of the GEMMs without the f16 cache: a whole
      * matrix (f16 in the fast lane, f32 in the exact), at least 64 MB */
@@ -104,9 +104,27 @@ static int ctx_that_fits(const mu_gpu_plan_in *in) {
     return lo >= 1024 ? lo / 1024 * 1024 : lo;
 }
 
+int mu_gpu_plan_fit_layers(int n_layer, mu_gpu_layers_fn layers_in, void *ctx, mu_gpu_plan *plan) {
+    mu_gpu_plan_in in;
+    mu_gpu_plan p;
+    /* (each layer adds its weights and KV rows, the last one the head too:
+     * the totals grow with n, so the first that fits from the top is the
+     * largest) */
+    for (int n = n_layer; n >= 1; n--) {
+        layers_in(ctx, n, &in);
+        mu_gpu_plan_make(&in, &p);
+        if (p.fits) {
+            if (plan) *plan = p;
+            return n;
+        }
+    }
+    if (plan) *plan = p;
+    return 0;
+}
+
 void mu_gpu_plan_explain(const mu_gpu_plan_in *in, const mu_gpu_plan *p, uint64_t cap_bytes, uint64_t free_bytes,
-                         int device, char *msg, size_t cap) {
-    char limit[160], fix[400] = "";
+                         int device, int fit_layers, int n_layer_all, char *msg, size_t cap) {
+    char limit[160], fix[600] = "";
     if (cap_bytes)
         snprintf(limit, sizeof limit, "%.2f GiB may be used (--gpu-mem %.2f GiB; GPU %d has %.2f GiB free)",
                  in->available / GIB, cap_bytes / GIB, device, free_bytes / GIB);
@@ -134,6 +152,9 @@ void mu_gpu_plan_explain(const mu_gpu_plan_in *in, const mu_gpu_plan *p, uint64_
         mu_gpu_plan_make(&t, &q);
         if (q.fits) FIX("%s-b 128 (buffers and logits %.2f GiB)", n ? ", or " : "", (q.buffers + q.logits) / GIB);
     }
+    if (fit_layers > 0 && fit_layers < n_layer_all)
+        FIX("%s-ngl %d (%d of the %d layers on the GPU at this context, the rest and the output head on the CPU)",
+            n ? ", or " : "", fit_layers, fit_layers, n_layer_all);
     if (!n) {
         const uint64_t fixed = p->weights + p->reserve;
         FIX("no context fits: the weights alone take %.2f GiB%s; a smaller file (fewer bits a weight) or more GPU "
@@ -167,6 +188,7 @@ uint64_t mu_gpu_weight_bytes_bound(const mu_weight *w) {
 void mu_gpu_plan_geometry(const mu_model *m, mu_gpu_weight_bytes_fn weight_bytes, int64_t rec_bytes,
                           mu_gpu_plan_in *in) {
     const mu_hparams *hp = &m->hp;
+    in->head = mu_model_heads(m);
     in->E = hp->n_embd, in->Q = (int64_t)hp->n_head * hp->head_dim, in->KVD = (int64_t)hp->n_head_kv * hp->head_dim;
     in->F = hp->n_ff, in->V = hp->n_vocab;
     in->n_layer = hp->n_layer, in->n_head = hp->n_head;
@@ -193,4 +215,25 @@ void mu_gpu_plan_geometry(const mu_model *m, mu_gpu_weight_bytes_fn weight_bytes
     in->weight_bytes = wdev;
     in->norm_bytes = norms;
     in->f16_cache_bytes = f16;
+}
+
+void mu_gpu_plan_model_layers(void *vctx, int n, mu_gpu_plan_in *in) {
+    const mu_gpu_layers_model *c = vctx;
+    const mu_gpu_plan_in *s = c->settings;
+    memset(in, 0, sizeof *in);
+    const mu_model *v = mu_model_layer_view(c->m, 0, n);
+    if (!v) { /* (out of memory: a plan that fits nothing) */
+        in->weight_bytes = UINT64_MAX / 4;
+        return;
+    }
+    mu_gpu_plan_geometry(v, c->weight_bytes, c->rec_bytes(v), in);
+    bool f16 = false;
+    if (c->resident && c->resident(v, c->resident_ctx, &f16)) {
+        in->weight_bytes = in->norm_bytes = 0;
+        in->cache_resident = f16;
+    }
+    in->n_ctx = s->n_ctx, in->n_batch = s->n_batch;
+    in->kv_f32 = s->kv_f32, in->fast = s->fast;
+    in->prefill_cache = s->prefill_cache;
+    in->available = s->available;
 }

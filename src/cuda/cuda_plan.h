@@ -32,6 +32,8 @@ typedef struct mu_gpu_plan_in {
     bool kv_f32, fast;
     int prefill_cache;            /* tuning: -1 where it fits with 3 GB to spare, 0 never, 1 always */
     bool cache_resident;          /* the shared weights already carry their f16 copies */
+    bool head;                    /* the session ends with the head (false: the first side
+                                     of a --gpu-layers split, no logits on the GPU)    */
     uint64_t available;           /* bytes the session may take (min(cap - held, free)) */
 } mu_gpu_plan_in;
 
@@ -69,10 +71,12 @@ typedef struct mu_gpu_plan {
 
 void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *out);
 
-/* The geometry and weight sizes of a model (a tensor-parallel shard too):
- * every field above `n_ctx`; the settings are the caller's. weight_bytes
- * gives one matrix's device bytes (the CUDA backend's exact layout, or
- * mu_gpu_weight_bytes_bound without one); rec_bytes one row's step record. */
+/* The geometry and weight sizes of a model (a tensor-parallel shard, the
+ * layer view of a --gpu-layers split too): every field above `n_ctx`, and
+ * head (a view without the head: false); the settings are the caller's.
+ * weight_bytes gives one matrix's device bytes (the CUDA backend's exact
+ * layout, or mu_gpu_weight_bytes_bound without one); rec_bytes one row's
+ * step record. */
 struct muser_model;
 struct mu_weight;
 typedef uint64_t (*mu_gpu_weight_bytes_fn)(const struct mu_weight *w);
@@ -82,12 +86,38 @@ void mu_gpu_plan_geometry(const struct muser_model *m, mu_gpu_weight_bytes_fn we
  * blocks' bytes moved apart (cu_shared.h), each padded to 256. */
 uint64_t mu_gpu_weight_bytes_bound(const struct mu_weight *w);
 
+/* How many of a model's n_layer layers fit (--gpu-layers auto, and the
+ * advice of a plan that does not fit): layers_in(ctx, n, in) fills the
+ * plan input of the first n layers, 1 <= n <= n_layer (n_layer: the head
+ * too), settings and available included. The largest n whose plan fits,
+ * with that plan in *plan (NULL: not wanted); 0 when not even one layer
+ * fits. */
+typedef void (*mu_gpu_layers_fn)(void *ctx, int n, mu_gpu_plan_in *in);
+int mu_gpu_plan_fit_layers(int n_layer, mu_gpu_layers_fn layers_in, void *ctx, mu_gpu_plan *plan);
+
+/* layers_in over a model (ctx: a mu_gpu_layers_model): the geometry of
+ * its layer view [0, n) (model/model.h; rec_bytes: that view's step
+ * record), the settings and `available` copied from `settings`, its
+ * weights counted as resident where resident(view) says so (NULL:
+ * never; *f16_cache: they carry their f16 copies). */
+typedef struct mu_gpu_layers_model {
+    const struct muser_model *m;
+    mu_gpu_weight_bytes_fn weight_bytes;
+    int64_t (*rec_bytes)(const struct muser_model *view);
+    bool (*resident)(const struct muser_model *view, void *ctx, bool *f16_cache);
+    void *resident_ctx;
+    const mu_gpu_plan_in *settings;
+} mu_gpu_layers_model;
+void mu_gpu_plan_model_layers(void *ctx, int n, mu_gpu_plan_in *in);
+
 /* The one error of a plan that does not fit: what it needs, item by item,
  * what is available, and what would fit (a shorter context, f16 KV, a
- * smaller batch), written into msg. cap_bytes, free_bytes, device: for
- * the message (cap 0: no --gpu-mem given). */
+ * smaller batch; fit_layers > 0 of n_layer_all: that many layers on the
+ * GPU, the rest on the CPU), written into msg. cap_bytes, free_bytes,
+ * device: for the message (cap 0: no --gpu-mem given). fit_layers < 0:
+ * no such advice (tensor parallel, a drafter). */
 void mu_gpu_plan_explain(const mu_gpu_plan_in *in, const mu_gpu_plan *p, uint64_t cap_bytes, uint64_t free_bytes,
-                         int device, char *msg, size_t cap);
+                         int device, int fit_layers, int n_layer_all, char *msg, size_t cap);
 
 /* One line: what the plan holds, e.g. for `muser serve` and `muser bench`. */
 void mu_gpu_plan_format(const mu_gpu_plan *p, char *out, size_t cap);

@@ -88,7 +88,8 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, b->w->layers[l].post_ffn_norm, next, f), T, x));
         if (l + 1 < L) RC(cuda_capture(b, l + 1, T)); /* h: layer l + 1's input */
     }
-    if (part == 2 * L) { /* the LM head */
+    if (part == 2 * L) { /* the LM head (none on a split's first side: h crosses to the CPU) */
+        if (!mu_model_heads(b->m)) return 0;
         if (!all_logits) return cuda_head_matvec(b, T - 1, false, NULL);
         RC(cuda_logit_rows_reserve(b, T));
         RC(cuda_gemm_all(b, &b->w->output, A, b->logits_all, b->V, T));

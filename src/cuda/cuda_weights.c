@@ -48,6 +48,15 @@ int mu_cuda_weight_refs(const mu_model *m, int device) {
     return n;
 }
 
+bool cuda_weights_resident(const mu_model *m, int device, bool *f16_cache) {
+    pthread_mutex_lock(&g_wlock);
+    const cu_weights *e = g_weights;
+    while (e && !(e->m == m && e->device == device)) e = e->next;
+    *f16_cache = e && e->f16bytes > 0;
+    pthread_mutex_unlock(&g_wlock);
+    return e != NULL;
+}
+
 void cuda_weights_ref(cu_weights *w) {
     pthread_mutex_lock(&g_wlock);
     w->refs++;

@@ -98,6 +98,15 @@ typedef struct mu_backend_ops {
      * every other), and draft_inject appends the K/V rows made from n rows
      * of target features [n][n_target_layers * n_embd] at positions pos0.. */
     int (*draft_inject)(mu_backend *b, const float *features, int n, int pos0);
+    /* ---- a side of a layer split (optional; backends_split.c) -----------
+     * A backend opened on a layer view of the model (mu_model_layer_view)
+     * whose chunks do not start from the embedding or do not end with the
+     * head (mu_model_embeds, mu_model_heads) exchanges the residual stream
+     * through host rows [n_batch][n_embd], given here once: such a chunk
+     * (forward, or forward_batch's row i) reads the input of its first
+     * layer from row t of `rows` instead of embedding token t, or writes
+     * the residual stream after its last layer there and no logits. */
+    int (*set_hidden)(mu_backend *b, float *rows);
 } mu_backend_ops;
 
 /* Optional: decodes one token at pos and chooses the next one where the

@@ -103,6 +103,7 @@ muser_session_params muser_session_default_params(void) {
     p.backend = MUSER_BACKEND_AUTO;
     p.lane = MUSER_LANE_AUTO;
     p.kv_type = MUSER_KV_F16;
+    p.gpu_layers = MUSER_GPU_LAYERS_ALL;
     return p;
 }
 
@@ -129,6 +130,9 @@ int mu_session_config_resolve(const mu_model *model, const muser_session_params 
         return mu_fail(MUSER_EINVAL, "unknown lane");
     if (p->kv_type != MUSER_KV_F16 && p->kv_type != MUSER_KV_F32) return mu_fail(MUSER_EINVAL, "unknown KV type");
     if (p->gpus < 0) return mu_fail(MUSER_EINVAL, "--gpus must be at least 1");
+    if (p->gpu_layers < 0 && p->gpu_layers != MUSER_GPU_LAYERS_ALL && p->gpu_layers != MUSER_GPU_LAYERS_AUTO)
+        return mu_fail(MUSER_EINVAL, "--gpu-layers takes a number of layers (0 or more), all or auto, not %d",
+                       p->gpu_layers);
     return 0;
 }
 

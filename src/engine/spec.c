@@ -88,6 +88,10 @@ int muser_session_set_drafter(muser_session *s, const muser_drafter *d, int draf
     if (!draft_max) draft_max = d->block_size - 1;
     if (draft_max > s->cfg.n_batch - 1) draft_max = s->cfg.n_batch - 1; /* a verify step is one chunk */
     if (draft_max < 1) return mu_fail(MUSER_EINVAL, "a batch of %d leaves no room for drafted tokens", s->cfg.n_batch);
+    if (mu_backend_is_split(s->backend)) { /* (opening a drafter beside it refuses, with the reason) */
+        mu_backend *none = NULL;
+        return mu_backend_open_drafter(s->backend_kind, d, &s->cfg, s->backend, &none);
+    }
     if (!ops->set_capture || !ops->tentative_begin || !ops->tentative_keep)
         return mu_fail(MUSER_EUNSUPPORTED,
                        "the %s backend cannot verify drafts yet in this configuration (no hidden-state capture or "

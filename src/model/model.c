@@ -3,6 +3,7 @@
  * 30, a missing sliding_window_pattern means every layer is full attention
  * (loudly warned), rope.freq_base defaults to 10000. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -395,7 +396,46 @@ int mu_model_bind_drafter(gguf_file *file, int n_vocab_target, int n_vocab_head,
     return rc;
 }
 
+static pthread_mutex_t g_view_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const mu_model *mu_model_layer_view(const mu_model *m, int l0, int l1) {
+    if (m->whole) return mu_model_layer_view(m->whole, m->layer0 + l0, m->layer0 + l1); /* (a view of a view) */
+    if (l0 < 0 || l1 > m->hp.n_layer || l0 >= l1) {
+        mu_fail(MUSER_EINVAL, "layers [%d, %d) are not a range of the model's %d", l0, l1, m->hp.n_layer);
+        return NULL;
+    }
+    if (l0 == 0 && l1 == m->hp.n_layer) return m;
+    mu_model *views_of = (mu_model *)m; /* (the list is m's cache: its content never changes) */
+    pthread_mutex_lock(&g_view_lock);
+    mu_model *v = views_of->views;
+    while (v && !(v->layer0 == l0 && v->hp.n_layer == l1 - l0)) v = v->next_view;
+    if (!v && (v = malloc(sizeof *v))) {
+        *v = *m;
+        v->whole = m;
+        v->layer0 = l0;
+        v->hp.n_layer = l1 - l0;
+        v->layers = m->layers + l0;
+        v->views = NULL;
+        if (l0 > 0) memset(&v->tok_embd, 0, sizeof v->tok_embd);
+        if (l1 < m->hp.n_layer) {
+            memset(&v->output, 0, sizeof v->output);
+            v->output_norm = NULL;
+        }
+        v->weight_bytes_per_token = mu_model_weight_bytes_per_token(v);
+        v->next_view = views_of->views;
+        views_of->views = v;
+    }
+    pthread_mutex_unlock(&g_view_lock);
+    if (!v) mu_fail(MUSER_ENOMEM, "out of memory");
+    return v;
+}
+
 void mu_model_unbind(mu_model *m) {
+    for (mu_model *v = m->views, *next; v; v = next) { /* (they share m's layers and norms) */
+        next = v->next_view;
+        free(v);
+    }
+    m->views = NULL;
     if (m->layers) {
         for (int l = 0; l < m->hp.n_layer; l++) {
             mu_layer *L = &m->layers[l];
@@ -419,7 +459,7 @@ static uint64_t wbytes(const mu_weight *w) { return w->data ? (uint64_t)w->rows 
 
 uint64_t mu_model_weight_bytes_per_token(const mu_model *m) {
     const mu_hparams *hp = &m->hp;
-    uint64_t b = m->tok_embd.row_bytes + wbytes(&m->output) + 4ull * (uint64_t)hp->n_embd;
+    uint64_t b = m->tok_embd.row_bytes + wbytes(&m->output) + (m->output_norm ? 4ull * (uint64_t)hp->n_embd : 0);
     for (int l = 0; l < hp->n_layer; l++) {
         const mu_layer *L = &m->layers[l];
         b += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wgate) + wbytes(&L->wo);

@@ -85,6 +85,12 @@ struct muser_model {
     mu_layer *layers;
     struct mu_vocab *vocab;  /* NULL for files without a tokenizer         */
     uint64_t weight_bytes_per_token;
+    /* a layer view (mu_model_layer_view): layers [layer0, layer0 + n_layer)
+     * of `whole`, sharing its weights; whole is NULL for a bound model */
+    const struct muser_model *whole;
+    int layer0;
+    struct muser_model *views; /* the views made of this model, freed with it */
+    struct muser_model *next_view;
 };
 typedef struct muser_model mu_model;
 
@@ -104,6 +110,23 @@ int mu_model_bind_weight(const gguf_file *f, const char *name, int64_t cols, int
 /* A 1-D tensor dequantized into a malloc'd f32 array (finite values only). */
 int mu_model_bind_norm(const gguf_file *f, const char *name, int64_t n, bool optional, float **out);
 void mu_model_unbind(mu_model *m);
+
+/* A view of layers [l0, l1) of m (0 <= l0 < l1 <= n_layer), for a split
+ * of the layers between two backends (backends_split.c): the same weights
+ * and settings, hp.n_layer = l1 - l0; the embedding only when l0 = 0, the
+ * final norm and the head only when l1 = n_layer (else their data NULL).
+ * m itself for [0, n_layer). Made once and kept by m (freed by
+ * mu_model_unbind), so a view's address names it: the CUDA backend shares
+ * one upload among the sessions of a view as of a model. NULL (with the
+ * error) for a bad range or out of memory. */
+const mu_model *mu_model_layer_view(const mu_model *m, int l0, int l1);
+/* Whether the chunks of a backend on m start from the embedding, and end
+ * with the final norm and the head (a bound model: both; a layer view:
+ * the first view of a split the embedding, the last the head). */
+static inline bool mu_model_embeds(const mu_model *m) { return !m->whole || m->layer0 == 0; }
+static inline bool mu_model_heads(const mu_model *m) {
+    return !m->whole || m->layer0 + m->hp.n_layer == m->whole->hp.n_layer;
+}
 
 /* Bytes of weights streamed to decode one token: every projection, the
  * output matrix, the norms, and one embedding row. */

@@ -70,6 +70,16 @@ bool mu_tool_session_option(mu_args *a, muser_session_params *sp) {
         }
         return true;
     }
+    if (mu_arg_is(a, "-ngl", "--gpu-layers") || mu_arg_is(a, NULL, "--n-gpu-layers")) {
+        const char *opt = a->argv[a->i];
+        if (!mu_arg_str(a, &v)) return false;
+        if (!mu_parse_gpu_layers(v, &sp->gpu_layers)) {
+            fprintf(stderr, "muser %s: %s takes a number of layers (0 or more), all or auto, not '%s'\n", a->cmd, opt,
+                    v);
+            return false;
+        }
+        return true;
+    }
     mu_arg_unknown(a);
     return false;
 }
@@ -94,6 +104,10 @@ void mu_tool_session_help(FILE *out, const char *backends, const char *ctx_defau
                  "  %-28s units; default: what the GPU has free); a plan that does not\n"
                  "  %-28s fit says what would (a shorter context, f16 KV, a smaller batch)\n",
             "--gpu-mem SIZE", "", "");
+    fprintf(out, "  %-28s CUDA: the first N layers on the GPU, the rest and the output head\n"
+                 "  %-28s on the CPU in the same step; 0: all on the CPU; auto: the most\n"
+                 "  %-28s that fit under --gpu-mem (default: all)\n",
+            "-ngl, --gpu-layers N|auto", "", "");
 }
 
 void *mu_tool_read_file(const char *path, size_t *size) {

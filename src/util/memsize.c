@@ -1,9 +1,13 @@
-/* memsize.c — sizes of memory as people write them (memsize.h). */
+/* memsize.c — the GPU options' values as people write them (memsize.h). */
 #include "util/memsize.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "muser.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -27,5 +31,18 @@ bool mu_parse_mem_size(const char *s, uint64_t *out) {
     const double bytes = v * mul;
     if (bytes < 1 || bytes > 1.8e19) return false;
     *out = (uint64_t)bytes;
+    return true;
+}
+
+bool mu_parse_gpu_layers(const char *s, int *out) {
+    if (!s) return false;
+    if (!strcmp(s, "all")) return *out = MUSER_GPU_LAYERS_ALL, true;
+    if (!strcmp(s, "auto")) return *out = MUSER_GPU_LAYERS_AUTO, true;
+    if (!isdigit((unsigned char)*s)) return false;
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || *end || v > (1L << 30)) return false;
+    *out = (int)v;
     return true;
 }

@@ -39,3 +39,11 @@ endforeach()
 # the drafter's logits against the CPU drafter's, rollback of the KV planes
 # bit for bit, greedy identity with plain decoding (nano fixtures).
 muser_c_test(cuda_spec LABELS cuda TIMEOUT 900 SOURCES tests/fixture.c tests/tinymodel.c tests/tinydraft.c)
+# --gpu-layers: every split N = 0..L of the fixtures against the reference,
+# the all-CPU and the all-GPU runs; the split's rewinds, checkpoints and
+# batched rows; auto under --gpu-mem caps. On the GPU's own paths and the
+# portable ones.
+muser_c_test(cuda_split LABELS cuda TIMEOUT 1200 SOURCES tests/fixture.c)
+add_test(NAME cuda_split_portable COMMAND test_cuda_split)
+set_tests_properties(cuda_split_portable PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200 LABELS "cuda"
+                     ENVIRONMENT "MUSER_CUDA_PORTABLE=1")
