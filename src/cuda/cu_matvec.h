@@ -147,6 +147,7 @@ cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x);
  * f16 in registers, the inputs f16 packed by mu_cu_mmf_pack (x [T][ldx]
  * f32, K columns) into xp, mu_gpu_mmf_halves(K, T) halves (cuda_plan.h). */
 cudaError_t mu_cu_mmf_pack(const float *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e);
+cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e);
 cudaError_t mu_cu_mmf_set(const mu_cu_mvr *a, const mu_cu_exec *x);
 
 #ifdef __cplusplus

@@ -243,10 +243,19 @@ __global__ void mmf_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const flo
     }
 }
 
-/* x [T][ldx] f32 -> xp in mmf_kernel's order (K columns; zeros past K and
- * T): slots 0..31 the inputs as k-pairs (j0, j2), (j1, j3); slot 32 the
- * sums of the lane's four sub-blocks. One thread per lane entry. */
-__global__ void mmf_pack_kernel(const float *x, int64_t ldx, int K, int T, int NS, uint2 *xp) {
+__device__ __forceinline__ float4 mmf_in4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float4 mmf_in4(const __half *p) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __half22float2(u2h2(u.x)), b = __half22float2(u2h2(u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+/* x [T][ldx] (f32 or f16) -> xp in mmf_kernel's order (K columns; zeros
+ * past K and T): slots 0..31 the inputs as k-pairs (j0, j2), (j1, j3);
+ * slot 32 the sums of the lane's four sub-blocks. One thread per lane
+ * entry. */
+template <class X>
+__global__ void mmf_pack_kernel(const X *x, int64_t ldx, int K, int T, int NS, uint2 *xp) {
     pdl_trigger();
     pdl_wait();
     const int64_t n_all = (int64_t)((T + 7) >> 3) * NS * MMF_SLOTS * 32;
@@ -258,20 +267,23 @@ __global__ void mmf_pack_kernel(const float *x, int64_t ldx, int K, int T, int N
         const int q = (int)(span % NS), n = (int)(span / NS);
         const int gid = lane >> 2, tig = lane & 3, tok = 8 * n + gid, blk = 2 * q + (tig >> 1), c0 = tig & 1;
         const bool on = tok < T && 256 * blk < K;
-        const float *row = x + (int64_t)tok * ldx + 256 * blk;
+        const X *row = x + (int64_t)tok * ldx + 256 * blk;
         float v[4] = {0.f, 0.f, 0.f, 0.f};
         if (slot < 32) {
             const int cc = slot >> 4, k = (slot >> 1) & 7, h = slot & 1;
             if (on) {
-                const float4 f = *reinterpret_cast<const float4 *>(row + 64 * (c0 + 2 * cc) + 32 * h + 4 * k);
+                const float4 f = mmf_in4(row + 64 * (c0 + 2 * cc) + 32 * h + 4 * k);
                 v[0] = f.x, v[1] = f.z, v[2] = f.y, v[3] = f.w; /* (j0, j2), (j1, j3) */
             }
         } else if (on) { /* sub-blocks s = 0..3: X = c0 (halves 0, 1), X = c0 + 2 (halves 0, 1) */
 #pragma unroll
             for (int sb = 0; sb < 4; sb++) {
-                const float *p = row + 64 * (c0 + 2 * (sb >> 1)) + 32 * (sb & 1);
+                const X *p = row + 64 * (c0 + 2 * (sb >> 1)) + 32 * (sb & 1);
                 float sum = 0.f;
-                for (int j = 0; j < 32; j++) sum += p[j];
+                for (int j = 0; j < 32; j += 4) {
+                    const float4 f = mmf_in4(p + j);
+                    sum += (f.x + f.y) + (f.z + f.w);
+                }
                 v[sb] = sum;
             }
         }
@@ -279,13 +291,23 @@ __global__ void mmf_pack_kernel(const float *x, int64_t ldx, int K, int T, int N
     }
 }
 
-extern "C" cudaError_t mu_cu_mmf_pack(const float *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e) {
+template <class X>
+static cudaError_t mmf_pack(const X *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e) {
     if (T < 1 || K < 256 || K % 256 || ldx < K || ldx % 4) return cudaErrorInvalidValue;
     const int NS = (int)((K / 256 + 1) / 2);
     const int64_t n = (int64_t)((T + 7) / 8) * NS * MMF_SLOTS * 32;
     const unsigned blocks = (unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048);
-    return launch_pdl(mmf_pack_kernel, dim3(blocks), dim3(256), 0, e, x, ldx, (int)K, T, NS,
+    return launch_pdl(mmf_pack_kernel<X>, dim3(blocks), dim3(256), 0, e, x, ldx, (int)K, T, NS,
                       reinterpret_cast<uint2 *>(xp));
+}
+
+extern "C" cudaError_t mu_cu_mmf_pack(const float *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e) {
+    return mmf_pack(x, ldx, K, T, xp, e);
+}
+
+extern "C" cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t K, int T, void *xp,
+                                        const mu_cu_exec *e) {
+    return mmf_pack(reinterpret_cast<const __half *>(x), ldx, K, T, xp, e);
 }
 
 static int mmf_sms() {

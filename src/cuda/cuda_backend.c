@@ -491,7 +491,8 @@ static int alloc_activations(cuda_backend *b, int64_t parts) {
     DA(bq, T * QF, 1);
     DA(bds, T * QF / 8, 4);
     DA(mmq_part, CUDA_MMQ_PART, 4);
-    DA(mmf_x, mu_gpu_mmf_halves((uint64_t)b->E > QF ? (uint64_t)b->E : QF, T), 2);
+    b->mmf_x_halves = mu_gpu_mmf_halves((uint64_t)b->E > QF ? (uint64_t)b->E : QF, T);
+    DA(mmf_x, b->mmf_x_halves, 2);
     DA(t, T8 * b->E, 4);
     DA(ff, T * b->F, 4);
     DA(fu, T * b->F, 4);

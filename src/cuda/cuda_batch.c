@@ -41,14 +41,15 @@ static bool fast_rows_every(const cuda_backend *b) {
 
 /* Fast lane: up to batch_fast_rows rows the B-row matvec; more the GEMMs
  * over the f16 cache where it is resident, else on tensor cores where
- * batch_mmq (the matrices without a tensor-core kernel through the B-row
- * matvec), else GEMMs over weights dequantized every step. */
+ * batch_mmq (f16 up to batch_mmf_rows rows, int8 above; the matrices
+ * without a tensor-core kernel through the B-row matvec), else GEMMs over
+ * weights dequantized every step. */
 static mm_route batch_route(const cuda_backend *b, int T) {
     if (!b->fast) return b->tune.batch_exact_rows ? MM_EXACT_ROWS : MM_GEMM;
     if (!fast_rows_every(b)) return MM_GEMM;
     if (T <= b->tune.batch_fast_rows) return MM_FAST_ROWS;
     if (!b->tune.batch_mmq || b->w->f16mem) return MM_GEMM;
-    return b->tune.batch_mmq == 2 ? MM_MMF : MM_MMQ;
+    return T <= b->tune.batch_mmf_rows ? MM_MMF : MM_MMQ;
 }
 
 /* Y_k = A . W_k^T for T rows and the n matrices of one input (row strides

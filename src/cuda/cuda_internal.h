@@ -167,7 +167,8 @@ typedef struct cuda_backend {
                              Wo's and down's inputs                                   */
     float *bds;           /* [T][max(Q, F)/16][2]                                    */
     float *mmq_part;      /* [CUDA_MMQ_PART] partial sums of the tensor-core batch's K splits */
-    void *mmf_x;          /* [T/8][max(E, Q, F) / 512][32][32][4] f16: the f16 tensor-core batch's packed inputs */
+    void *mmf_x;          /* mu_gpu_mmf_halves(max(E, Q, F), T) f16: the f16 tensor-core batch's packed inputs */
+    uint64_t mmf_x_halves; /* their room */
     float *t, *t2;        /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
                              partial sums. t2: [E] down's, tensor parallel with the fused all-reduce */
     float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */

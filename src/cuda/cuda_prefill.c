@@ -35,6 +35,25 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
 /* A whole matrix, in row tiles that fit the dequantization buffer. */
 int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
     if (!w->qs) return 0;
+    if (b->fast && !w->f16 && T <= b->tune.prefill_mmf_rows && mu_cu_mmq_ok(w->type, w->cols) &&
+        mu_gpu_mmf_halves((uint64_t)w->cols, (uint64_t)T) <= b->mmf_x_halves) {
+        /* a short chunk (a verify block): the f16 tensor-core batch over the quantized weights instead of
+         * dequantized tiles (A: f16 [T][cols]) */
+        CU_CHECK(mu_cu_mmf_pack16((const uint16_t *)A, w->cols, w->cols, T, b->mmf_x, &b->exec));
+        mu_cu_mvr r;
+        memset(&r, 0, sizeof r);
+        r.seg[0].w = *w;
+        r.seg[0].y = Y;
+        r.seg[0].ldy = ldy;
+        r.nseg = 1;
+        r.nrows = T;
+        r.ldx = w->cols;
+        r.xp = b->mmf_x;
+        r.part = b->mmq_part;
+        r.part_cap = CUDA_MMQ_PART;
+        CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
+        return 0;
+    }
     const size_t elem = b->fast ? 2 : 4;
     int64_t tile = (b->fast && w->f16) ? w->rows : (int64_t)(b->wtmp_bytes / ((size_t)w->cols * elem));
     if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");

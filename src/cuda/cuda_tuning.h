@@ -39,13 +39,18 @@ typedef struct mu_cuda_tuning {
                              of the GEMMs (0: as slow per row as one-by-one decode on the 30B, bound by its f32
                              activation loads) */
     int batch_fast_rows;  /* fast lane: batched steps of up to this many rows through the B-row matvec over the
-                             quantized weights (int8 inputs staged per row; 0: never), more through the f16 GEMMs
-                             (one H100, 30B, with the f16 cache: 2 rows 11.6 against 23.4 ms a step, 4 rows 16.6
-                             against 24.9, 8 rows 28.8 against 27.4) */
+                             quantized weights (int8 inputs staged per row; 0: never), more on tensor cores or GEMMs
+                             (one H200, 30B: 2 rows 10.7 ms against 13.4 on the f16 tensor cores, 4 rows 15.1
+                             against 13.6) */
     int batch_mmq;        /* fast lane, no f16 cache: batched steps above batch_fast_rows on tensor cores over the
-                             quantized K-quant weights (mu_cu_mmq_set; other types through the B-row matvec) instead
-                             of GEMMs over weights dequantized every step (one H100, 30B: 8 rows 25.8 ms, 16 38.6,
-                             32 81.5, 64 142.5; the GEMMs over the cache 27.2 / 33.0 / 44.0 / 65.1) */
+                             quantized K-quant weights (other types through the B-row matvec) instead of GEMMs over
+                             weights dequantized every step */
+    int batch_mmf_rows;   /* ... up to this many rows the f16 tensor cores (cu_mmf.cu), more the int8 ones
+                             (cu_mmq.cu); one H200, 30B, step ms f16 / int8: 8 rows 14.2 / 19.6, 16 29.8 /
+                             28.4, 32 68.1 / 62.1, 64 150.6 / 105.9 */
+    int prefill_mmf_rows; /* fast lane, no f16 copy: prefill chunks (verify blocks) of up to this many rows on the
+                             f16 tensor-core batch over the quantized weights instead of GEMMs over tiles dequantized
+                             per matrix */
     int prefill_cache;    /* fast lane: f16 copies of every matrix (3.3x the quantized bytes) for the prefill and
                              batched GEMMs; 0 never, -1 where they fit with 3 GB to spare, 1 always (refuses to
                              start where they do not fit). One H100, 30B: pp512 8,757 tok/s with them, 6,169
