@@ -30,7 +30,7 @@
  * back at the end.
  *
  * Packed inputs xp: [T/8 tiles][spans][33 slots][32 lanes][4] f16. */
-#include "cuda/cu_matvec_policy.cuh"
+#include "cuda/cu_tc_rows.cuh"
 #include "cuda/cuda_plan.h"
 
 #define MMF_WARPS 4
@@ -157,26 +157,7 @@ __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool
     }
 }
 
-/* The segment and first row of row group g (16 rows of one segment). */
-__device__ __forceinline__ int mmf_locate(const mu_cu_mvr &a, int64_t g, int64_t &r0) {
-    int s = 0;
-    for (; s + 1 < a.nseg; s++) {
-        const int64_t n = (a.seg[s].w.rows + 15) >> 4;
-        if (g < n) break;
-        g -= n;
-    }
-    r0 = g << 4;
-    return s;
-}
-
-/* The first row of segment s in the row space (the partials' layout). */
-__device__ __forceinline__ int64_t mmf_seg_first(const mu_cu_mvr &a, int s) {
-    int64_t r = 0;
-    for (int i = 0; i < s; i++) r += a.seg[i].w.rows;
-    return r;
-}
-
-/* splits > 1: split z's sums into part [splits][T][total rows] (mmf_reduce
+/* splits > 1: split z's sums into part [splits][T][total rows] (tc_reduce
  * adds them in order); else straight into the segments' y. */
 template <uint32_t TYPE, int NT>
 __global__ void __launch_bounds__(MMF_WARPS * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
@@ -187,7 +168,7 @@ __global__ void __launch_bounds__(MMF_WARPS * 32) mmf_kernel(const __grid_consta
     const int64_t g = (int64_t)blockIdx.x * MMF_WARPS + warp;
     if (g >= groups) return; /* (no block-wide barrier below) */
     int64_t r0 = 0;
-    const int s = mmf_locate(a, g, r0);
+    const int s = tc_locate(a, g, r0);
     const mu_cu_weight &w = a.seg[s].w;
     const int64_t r[2] = {r0 + gid, r0 + gid + 8};
     const bool ok[2] = {r[0] < w.rows, r[1] < w.rows};
@@ -198,9 +179,9 @@ __global__ void __launch_bounds__(MMF_WARPS * 32) mmf_kernel(const __grid_consta
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    /* split z's spans [q0, q1): the first NS % splits one more */
-    const int per = NS / splits, extra = NS % splits, z = blockIdx.z;
-    const int q0 = z * per + min(z, extra), q1 = q0 + per + (z < extra ? 1 : 0);
+    const int z = blockIdx.z;
+    int q0, q1; /* split z's spans */
+    tc_split(NS, splits, z, q0, q1);
     KqLane<uint4> L0[2], L1[2];
     if (q0 < q1) mmf_load<TYPE>(L0, w, r, ok, q0, tig, nb);
     for (int q = q0; q < q1; q += 2) { /* two register sets: the next span loads while this one computes */
@@ -213,7 +194,7 @@ __global__ void __launch_bounds__(MMF_WARPS * 32) mmf_kernel(const __grid_consta
     float *y = a.seg[s].y;
     int64_t ldy = a.seg[s].ldy;
     if (splits > 1) {
-        y = part + (int64_t)z * T * total + mmf_seg_first(a, s);
+        y = part + (int64_t)z * T * total + tc_seg_first(a, s);
         ldy = total;
     }
 #pragma unroll
@@ -224,22 +205,6 @@ __global__ void __launch_bounds__(MMF_WARPS * 32) mmf_kernel(const __grid_consta
         if (ok[0] && tok1 < T) y[tok1 * ldy + r[0]] = acc[n][1] * u;
         if (ok[1] && tok0 < T) y[tok0 * ldy + r[1]] = acc[n][2] * u;
         if (ok[1] && tok1 < T) y[tok1 * ldy + r[1]] = acc[n][3] * u;
-    }
-}
-
-/* y of every segment = the splits' partials added in order */
-__global__ void mmf_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const float *part, int64_t total, int splits) {
-    pdl_trigger();
-    pdl_wait();
-    const int64_t n = (int64_t)a.nrows * total;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / total;
-        int64_t r = i - t * total;
-        int s = 0;
-        while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s].w.rows, s++;
-        float v = part[i];
-        for (int z = 1; z < splits; z++) v += part[(int64_t)z * n + i];
-        a.seg[s].y[t * a.seg[s].ldy + r] = v;
     }
 }
 
@@ -310,37 +275,18 @@ extern "C" cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t 
     return mmf_pack(reinterpret_cast<const __half *>(x), ldx, K, T, xp, e);
 }
 
-static int mmf_sms() {
-    static int sms[MU_CU_MAX_DEVICES];
-    int dev = 0;
-    if (current_device(&dev) != cudaSuccess) return 0;
-    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-    return sms[dev];
-}
-
-/* Splits of K: enough warps for MMF_WARPS_PER_SM on every SM, at least one
- * span each, within the partials' room (a->part_cap floats). */
-#define MMF_WARPS_PER_SM 12
+/* K split: enough warps for 12 a SM (three blocks at its registers), at
+ * least one span each */
 template <uint32_t TYPE, int NT>
 static cudaError_t mmf_launch(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    int64_t groups = 0, total = 0;
-    for (int s = 0; s < a->nseg; s++) groups += (a->seg[s].w.rows + 15) / 16, total += a->seg[s].w.rows;
+    int64_t groups, total;
+    tc_row_space(a, &groups, &total);
     const int64_t tiles = (a->nrows + 8 * NT - 1) / (8 * NT), NS = (a->seg[0].w.cols / 256 + 1) / 2;
-    int64_t S = 1;
-    if (a->part) {
-        const int64_t want = (int64_t)mmf_sms() * MMF_WARPS_PER_SM, room = a->part_cap / ((int64_t)a->nrows * total);
-        S = (want + groups * tiles - 1) / (groups * tiles);
-        if (S > NS) S = NS;
-        if (S > room) S = room;
-        if (S < 1) S = 1;
-    }
+    const int S = tc_splits(a, groups, tiles, total, NS, 12);
     const dim3 grid((unsigned)((groups + MMF_WARPS - 1) / MMF_WARPS), (unsigned)tiles, (unsigned)S);
-    cudaError_t e = launch_pdl(mmf_kernel<TYPE, NT>, grid, dim3(MMF_WARPS * 32), 0, x, *a, groups, (int)S, a->part,
-                               total);
+    cudaError_t e = launch_pdl(mmf_kernel<TYPE, NT>, grid, dim3(MMF_WARPS * 32), 0, x, *a, groups, S, a->part, total);
     if (e != cudaSuccess || S == 1) return e;
-    const int64_t n = (int64_t)a->nrows * total;
-    return launch_pdl(mmf_reduce_kernel, dim3((unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096)), dim3(256),
-                      0, x, *a, (const float *)a->part, total, (int)S);
+    return tc_reduce(a, total, S, x);
 }
 
 template <uint32_t TYPE>

@@ -13,7 +13,7 @@
  * 64X + 32 + 4k + j high), unpacked by kq_values. Every K-block (256
  * inputs) the block stages its tokens' int8 values and group records.
  */
-#include "cuda/cu_matvec_policy.cuh"
+#include "cuda/cu_tc_rows.cuh"
 
 #define MMQ_WARPS 4
 #define MMQ_ROWS (16 * MMQ_WARPS)
@@ -50,34 +50,7 @@ __device__ __forceinline__ float mmq_wscale(const KqLane<uint4> &L, const MmqSca
     return S.ws[2 * cc + (t >> 1)];
 }
 
-/* The segment and first row of warp-row-group g (16 rows of one segment):
- * the segments' groups follow each other (ceil(rows / 16) each). */
-__device__ __forceinline__ int mmq_locate(const mu_cu_mvr &a, int64_t g, int64_t &r0) {
-    int s = 0;
-    for (; s + 1 < a.nseg; s++) {
-        const int64_t n = (a.seg[s].w.rows + 15) >> 4;
-        if (g < n) break;
-        g -= n;
-    }
-    r0 = g << 4;
-    return s;
-}
-
-/* The first row of segment s in the row space (the partials' layout). */
-__device__ __forceinline__ int64_t mmq_seg_first(const mu_cu_mvr &a, int s) {
-    int64_t r = 0;
-    for (int i = 0; i < s; i++) r += a.seg[i].w.rows;
-    return r;
-}
-
-/* K-blocks [b0, b1) of split z of S over nb blocks (the first nb % S one longer) */
-__device__ __forceinline__ void mmq_split(int nb, int S, int z, int &b0, int &b1) {
-    const int q = nb / S, r = nb % S;
-    b0 = z * q + min(z, r);
-    b1 = b0 + q + (z < r ? 1 : 0);
-}
-
-/* splits > 1: split z's sums into part [splits][T][total rows] (mmq_reduce
+/* splits > 1: split z's sums into part [splits][T][total rows] (tc_reduce
  * adds them in order); else straight into the segments' y. */
 template <uint32_t TYPE, int NT>
 __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
@@ -90,7 +63,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
     const int64_t g = (int64_t)blockIdx.x * MMQ_WARPS + warp;
     int64_t r0 = 0;
-    const int s = mmq_locate(a, g < groups ? g : groups - 1, r0);
+    const int s = tc_locate(a, g < groups ? g : groups - 1, r0);
     const mu_cu_weight &w = a.seg[s].w;
     const int64_t rA = r0 + gid, rB = rA + 8;
     const bool okA = g < groups && rA < w.rows, okB = g < groups && rB < w.rows;
@@ -102,7 +75,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
     int kb0, kb1;
-    mmq_split(nb, splits, blockIdx.z, kb0, kb1);
+    tc_split(nb, splits, blockIdx.z, kb0, kb1);
     for (int b = kb0; b < kb1; b++) {
         __syncthreads(); /* (the previous K-block's reads are done) */
         for (int i = threadIdx.x; i < TT * 16; i += blockDim.x) {
@@ -178,7 +151,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
     float *y = a.seg[s].y;
     int64_t ldy = a.seg[s].ldy;
     if (splits > 1) {
-        y = part + (int64_t)blockIdx.z * T * total + mmq_seg_first(a, s);
+        y = part + (int64_t)blockIdx.z * T * total + tc_seg_first(a, s);
         ldy = total;
     }
 #pragma unroll
@@ -191,55 +164,17 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
     }
 }
 
-/* y of every segment = the splits' partials added in order (deterministic) */
-__global__ void mmq_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const float *part, int64_t total, int splits) {
-    pdl_trigger();
-    pdl_wait();
-    const int64_t n = (int64_t)a.nrows * total;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / total;
-        int64_t r = i - t * total;
-        int s = 0;
-        while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s].w.rows, s++;
-        float v = part[i];
-        for (int z = 1; z < splits; z++) v += part[(int64_t)z * n + i];
-        a.seg[s].y[t * a.seg[s].ldy + r] = v;
-    }
-}
-
-static int mmq_sms() {
-    static int sms[MU_CU_MAX_DEVICES];
-    int dev = 0;
-    if (current_device(&dev) != cudaSuccess) return 0;
-    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-    return sms[dev];
-}
-
-/* Splits of K: enough warps for MMQ_WARPS_PER_SM on every SM, each split at
- * least two K-blocks, within the partials' room (a->part_cap floats). */
-#define MMQ_WARPS_PER_SM 16
-static int mmq_splits(const mu_cu_mvr *a, int64_t groups, int64_t tiles, int64_t total) {
-    if (!a->part) return 1;
-    const int64_t nb = a->seg[0].w.cols / 256, want = (int64_t)mmq_sms() * MMQ_WARPS_PER_SM;
-    int64_t S = (want + groups * tiles - 1) / (groups * tiles);
-    if (S > nb / 2) S = nb / 2;
-    const int64_t room = a->part_cap / ((int64_t)a->nrows * total);
-    if (S > room) S = room;
-    return S > 1 ? (int)S : 1;
-}
-
+/* K split: enough warps for 16 a SM, each split at least two K-blocks */
 template <uint32_t TYPE, int NT>
 static cudaError_t mmq_launch(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    int64_t groups = 0, total = 0;
-    for (int s = 0; s < a->nseg; s++) groups += (a->seg[s].w.rows + 15) / 16, total += a->seg[s].w.rows;
+    int64_t groups, total;
+    tc_row_space(a, &groups, &total);
     const int64_t tiles = (a->nrows + 8 * NT - 1) / (8 * NT);
-    const int S = mmq_splits(a, groups, tiles, total);
+    const int S = tc_splits(a, groups, tiles, total, a->seg[0].w.cols / 512, 16);
     const dim3 grid((unsigned)((groups + MMQ_WARPS - 1) / MMQ_WARPS), (unsigned)tiles, (unsigned)S);
     cudaError_t e = launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups, S, a->part, total);
     if (e != cudaSuccess || S == 1) return e;
-    const int64_t n = (int64_t)a->nrows * total;
-    return launch_pdl(mmq_reduce_kernel, dim3((unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096)), dim3(256),
-                      0, x, *a, (const float *)a->part, total, S);
+    return tc_reduce(a, total, S, x);
 }
 
 template <uint32_t TYPE>

@@ -1,0 +1,87 @@
+/* cu_tc_rows.cuh — what the two tensor-core batches (cu_mmq.cu: int8
+ * inputs; cu_mmf.cu: f16) share: a row space of segments cut into groups
+ * of 16 rows, K split over grid.z where the grid is small, and the second
+ * launch that adds the splits' partial sums in order (deterministic). */
+#ifndef MU_CU_TC_ROWS_CUH
+#define MU_CU_TC_ROWS_CUH
+
+#include "cuda/cu_matvec_policy.cuh"
+
+/* The segment and first row of row group g (16 rows of one segment): the
+ * segments' groups follow each other (ceil(rows / 16) each). */
+__device__ __forceinline__ int tc_locate(const mu_cu_mvr &a, int64_t g, int64_t &r0) {
+    int s = 0;
+    for (; s + 1 < a.nseg; s++) {
+        const int64_t n = (a.seg[s].w.rows + 15) >> 4;
+        if (g < n) break;
+        g -= n;
+    }
+    r0 = g << 4;
+    return s;
+}
+
+/* The first row of segment s in the row space (the partials' layout). */
+__device__ __forceinline__ int64_t tc_seg_first(const mu_cu_mvr &a, int s) {
+    int64_t r = 0;
+    for (int i = 0; i < s; i++) r += a.seg[i].w.rows;
+    return r;
+}
+
+/* Units [u0, u1) of split z of S over n units (the first n % S one longer). */
+__device__ __forceinline__ void tc_split(int n, int S, int z, int &u0, int &u1) {
+    const int q = n / S, r = n % S;
+    u0 = z * q + min(z, r);
+    u1 = u0 + q + (z < r ? 1 : 0);
+}
+
+/* y of every segment = the splits' partials [splits][T][total] added in order */
+__global__ void tc_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const float *part, int64_t total, int splits) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t n = (int64_t)a.nrows * total;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / total;
+        int64_t r = i - t * total;
+        int s = 0;
+        while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s].w.rows, s++;
+        float v = part[i];
+        for (int z = 1; z < splits; z++) v += part[(int64_t)z * n + i];
+        a.seg[s].y[t * a.seg[s].ldy + r] = v;
+    }
+}
+
+static cudaError_t tc_reduce(const mu_cu_mvr *a, int64_t total, int splits, const mu_cu_exec *x) {
+    const int64_t n = (int64_t)a->nrows * total;
+    return launch_pdl(tc_reduce_kernel, dim3((unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096)), dim3(256), 0,
+                      x, *a, (const float *)a->part, total, splits);
+}
+
+static int tc_sms() {
+    static int sms[MU_CU_MAX_DEVICES];
+    int dev = 0;
+    if (current_device(&dev) != cudaSuccess) return 0;
+    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+    return sms[dev];
+}
+
+/* Splits of K: enough warps for warps_per_sm on every SM (groups x tiles
+ * warps without a split), at most max_units, within the partials' room
+ * (a->part_cap floats); 1 without a->part. */
+static int tc_splits(const mu_cu_mvr *a, int64_t groups, int64_t tiles, int64_t total, int64_t max_units,
+                     int warps_per_sm) {
+    if (!a->part) return 1;
+    const int64_t want = (int64_t)tc_sms() * warps_per_sm;
+    int64_t S = (want + groups * tiles - 1) / (groups * tiles);
+    if (S > max_units) S = max_units;
+    const int64_t room = a->part_cap / ((int64_t)a->nrows * total);
+    if (S > room) S = room;
+    return S > 1 ? (int)S : 1;
+}
+
+/* Row groups and rows of the row space. */
+static void tc_row_space(const mu_cu_mvr *a, int64_t *groups, int64_t *total) {
+    *groups = *total = 0;
+    for (int s = 0; s < a->nseg; s++) *groups += (a->seg[s].w.rows + 15) / 16, *total += a->seg[s].w.rows;
+}
+
+#endif
