@@ -188,6 +188,7 @@ uint64_t mu_gpu_weight_bytes_bound(const mu_weight *w) {
 void mu_gpu_plan_geometry(const mu_model *m, mu_gpu_weight_bytes_fn weight_bytes, int64_t rec_bytes,
                           mu_gpu_plan_in *in) {
     const mu_hparams *hp = &m->hp;
+    memset(in, 0, sizeof *in); /* (the settings are the caller's to fill after) */
     in->head = mu_model_heads(m);
     in->E = hp->n_embd, in->Q = (int64_t)hp->n_head * hp->head_dim, in->KVD = (int64_t)hp->n_head_kv * hp->head_dim;
     in->F = hp->n_ff, in->V = hp->n_vocab;
