@@ -144,8 +144,8 @@ typedef struct case_ctx {
  * row's numbers never depend on the rows of the call). */
 static int kd_run_and_check(const case_ctx *c, const void *w, uint64_t rb, int64_t rows, const uint8_t *xq, uint64_t xb,
                             int64_t n, int64_t T, float *y, int64_t ldy) {
-    const size_t bytes = (size_t)(xb * (uint64_t)T + 63) / 64 * 64;
-    uint8_t *xd = aligned_alloc(64, bytes), *one_xd = aligned_alloc(64, (xb + 63) / 64 * 64);
+    const size_t bytes = (size_t)(mu_act_kd_bytes(n) * (uint64_t)T + 63) / 64 * 64;
+    uint8_t *xd = aligned_alloc(64, bytes), *one_xd = aligned_alloc(64, (mu_act_kd_bytes(n) + 63) / 64 * 64);
     float *one = malloc(sizeof(float) * (size_t)rows), *part = malloc(sizeof(float) * (size_t)(rows * T + 1));
     mu_act_kd_pack(xq, xb, T, n, xd);
     c->k->matvec_q8_kd[c->type](w, rb, rows, xd, n, T, y, ldy);
@@ -534,7 +534,7 @@ static void test_kq_permute(void) {
         if (n != lengths[li]) continue;
         const uint64_t xb = mu_act_row_bytes(n);
         float *x = random_floats(n * T, 1.0f);
-        uint8_t *rows = malloc(xb * T), *p = malloc(xb), *d = malloc(xb * T);
+        uint8_t *rows = malloc(xb * T), *p = malloc(xb), *d = malloc(mu_act_kd_bytes(n) * T);
         for (int64_t t = 0; t < T; t++) mu_cpu_kernels_scalar()->quantize_act(x + t * n, rows + t * xb, n);
         mu_act_kd_pack(rows, xb, T, n, d);
         int bad = 0;
@@ -545,6 +545,12 @@ static void test_kq_permute(void) {
                 bad += memcmp(rec, p + 256 * b, 256) != 0;
                 bad += memcmp(rec + 256, mu_act_d(p, n) + 16 * b, 64) != 0;
                 bad += memcmp(rec + 320, mu_act_ds(p, n) + 16 * b, 64) != 0;
+                for (int l = 0; l < 16; l++) { /* -32 * the sum of the lane's group */
+                    int32_t sum = 0, got;
+                    for (int i = 0; i < 16; i++) sum += ((const int8_t *)p)[256 * b + 64 * (i / 4) + 4 * l + i % 4];
+                    memcpy(&got, rec + 384 + 4 * l, 4);
+                    bad += got != -32 * sum;
+                }
             }
         }
         CHECKF(bad == 0, "kd pack n=%lld: %d records differ from the permuted rows", (long long)n, bad);

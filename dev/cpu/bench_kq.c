@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
         mu_act_kq_permute(xq + t * b.xb, xqp + t * b.xb, n);
     }
     b.xq = xq, b.xqp = xqp;
-    b.xd = aligned_alloc(64, xbytes);
+    b.xd = aligned_alloc(64, (mu_act_kd_bytes(n) * TMAX + 127) / 64 * 64);
     b.y = malloc(sizeof(float) * (size_t)(rows * TMAX));
     printf("%s: %s n=%lld rows=%lld (%.1f MiB of weights), one thread, %.2f GHz assumed\n", k->isa, tname, (long long)n,
            (long long)rows, (double)(b.rb * (uint64_t)rows) / 1048576.0, ghz);

@@ -81,11 +81,13 @@ void mu_act_kq_permute(const void *src, void *dst, int64_t n);
  * block's activations at fixed offsets from one pointer: for each
  * 256-element block b and token t, a record of MU_KD_REC bytes at
  * dst + (b*T + t) * MU_KD_REC holding that token's block in the layout of
- * mu_act_kq_permute,
- *     qs'[256] int8 | d'[16] f32 | ds'[16] f32
- * (n a multiple of 256; T rows take exactly the bytes of T rows). src
- * holds the rows xb bytes apart. */
-#define MU_KD_REC 384
+ * mu_act_kq_permute, and the groups' sums of qs times -32 (Q6_K's offset
+ * is then an integer the dot products start from),
+ *     qs'[256] int8 | d'[16] f32 | ds'[16] f32 | b'[16] int32
+ * (n a multiple of 256; mu_act_kd_bytes(n) per row). src holds the rows
+ * xb bytes apart. */
+#define MU_KD_REC 448
+static inline uint64_t mu_act_kd_bytes(int64_t n) { return (uint64_t)(n / 256) * MU_KD_REC; }
 void mu_act_kd_pack(const void *src, uint64_t xb, int64_t T, int64_t n, void *dst);
 /* Token t's record of block b alone: packs one row into a pack of T. */
 void mu_act_kd_pack_row(const void *src, int64_t t, int64_t T, int64_t n, void *dst);
@@ -112,8 +114,9 @@ typedef struct mu_cpu_kernels {
      * numbers never depend on T, on the other rows or on the range of
      * weight rows of the call: each (weight row, token) sums its blocks in
      * order in one 16-lane accumulator, then adds the lanes. Same numbers
-     * as matvec_q8 up to the order of the float sums; its reference is the
-     * scalar matvec_q8 on the rows before packing. */
+     * as matvec_q8 up to the rounding of the float sums (their order, and
+     * Q6_K's offset summed as an integer); its reference is the scalar
+     * matvec_q8 on the rows before packing. */
     mu_matvec_kd_fn matvec_q8_kd[MU_TYPE_COUNT];
     mu_quantize_fn quantize_act;                  /* f32 -> a fast-lane row */
     /* Attention over a block of KV rows for the nq query heads that share

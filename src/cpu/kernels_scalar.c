@@ -234,14 +234,19 @@ void mu_act_kd_pack_row(const void *src, int64_t t, int64_t T, int64_t n, void *
     for (int64_t b = 0; b < n / MU_QK_K; b++) {
         uint8_t *rec = (uint8_t *)dst + (uint64_t)(b * T + t) * MU_KD_REC;
         float dd[16], dds[16];
+        int32_t bias[16];
         for (int l = 0; l < 16; l++) {
             const int g = 4 * (l % 4) + l / 4;
             for (int c = 0; c < 4; c++) memcpy(rec + 64 * c + 4 * l, qs + 256 * b + 16 * g + 4 * c, 4);
             dd[l] = d[16 * b + g];
             dds[l] = ds[16 * b + g];
+            int32_t sum = 0;
+            for (int i = 0; i < 16; i++) sum += qs[256 * b + 16 * g + i];
+            bias[l] = -32 * sum;
         }
         memcpy(rec + 256, dd, sizeof dd);
         memcpy(rec + 320, dds, sizeof dds);
+        memcpy(rec + 384, bias, sizeof bias);
     }
 }
 
