@@ -121,8 +121,10 @@ static void mm_set_worker(void *ctx, int ith, int nth) {
     const long long total = s->unit_first[s->n_jobs];
     /* In prefill one unit is milliseconds of work (a MiB of weights against
      * every token of the chunk): claims of one unit, so a thread that
-     * another process preempts holds back at most one. */
-    const long long max_take = s->prefill ? 1 : MAX_CLAIM_UNITS;
+     * another process preempts holds back at most one. A batched decode
+     * step's unit is T rows' work: claims of at most MAX_CLAIM_UNITS / T. */
+    long long max_take = s->prefill ? 1 : MAX_CLAIM_UNITS / s->T;
+    if (max_take < 1) max_take = 1;
     for (;;) {
         long long u0 = atomic_load_explicit(&s->next, memory_order_relaxed), take;
         do {
