@@ -33,7 +33,6 @@
 #include "cuda/cu_tc_rows.cuh"
 #include "cuda/cuda_plan.h"
 
-#define MMF_WARPS 4
 #define MMF_SLOTS 33
 #define MMF_UP 256.0f
 
@@ -160,12 +159,12 @@ __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool
 /* splits > 1: split z's sums into part [splits][T][total rows] (tc_reduce
  * adds them in order); else straight into the segments' y. */
 template <uint32_t TYPE, int NT>
-__global__ void __launch_bounds__(MMF_WARPS * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
+__global__ void __launch_bounds__(TC_WARPS * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
                                                              int splits, float *part, int64_t total) {
     pdl_trigger();
     pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int64_t g = (int64_t)blockIdx.x * MMF_WARPS + warp;
+    const int64_t g = (int64_t)blockIdx.x * TC_WARPS + warp;
     if (g >= groups) return; /* (no block-wide barrier below) */
     int64_t r0 = 0;
     const int s = tc_locate(a, g, r0);
@@ -277,24 +276,13 @@ extern "C" cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t 
 
 /* K split: enough warps for 12 a SM (three blocks at its registers), at
  * least one span each */
-template <uint32_t TYPE, int NT>
-static cudaError_t mmf_launch(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    int64_t groups, total;
-    tc_row_space(a, &groups, &total);
-    const int64_t tiles = (a->nrows + 8 * NT - 1) / (8 * NT), NS = (a->seg[0].w.cols / 256 + 1) / 2;
-    const int S = tc_splits(a, groups, tiles, total, NS, 12);
-    const dim3 grid((unsigned)((groups + MMF_WARPS - 1) / MMF_WARPS), (unsigned)tiles, (unsigned)S);
-    cudaError_t e = launch_pdl(mmf_kernel<TYPE, NT>, grid, dim3(MMF_WARPS * 32), 0, x, *a, groups, S, a->part, total);
-    if (e != cudaSuccess || S == 1) return e;
-    return tc_reduce(a, total, S, x);
-}
-
 template <uint32_t TYPE>
 static cudaError_t mmf_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    if (a->nrows <= 8) return mmf_launch<TYPE, 1>(a, x);
-    if (a->nrows <= 16) return mmf_launch<TYPE, 2>(a, x);
-    if (a->nrows <= 32) return mmf_launch<TYPE, 4>(a, x);
-    return mmf_launch<TYPE, 8>(a, x);
+    const int64_t spans = (a->seg[0].w.cols / 256 + 1) / 2;
+    if (a->nrows <= 8) return tc_launch(mmf_kernel<TYPE, 1>, a, x, 1, spans, 12);
+    if (a->nrows <= 16) return tc_launch(mmf_kernel<TYPE, 2>, a, x, 2, spans, 12);
+    if (a->nrows <= 32) return tc_launch(mmf_kernel<TYPE, 4>, a, x, 4, spans, 12);
+    return tc_launch(mmf_kernel<TYPE, 8>, a, x, 8, spans, 12);
 }
 
 extern "C" cudaError_t mu_cu_mmf_set(const mu_cu_mvr *a, const mu_cu_exec *x) {

@@ -15,8 +15,6 @@
  */
 #include "cuda/cu_tc_rows.cuh"
 
-#define MMQ_WARPS 4
-#define MMQ_ROWS (16 * MMQ_WARPS)
 #define MMQ_XROW (256 + 16) /* a staged token's bytes (padded: the gid rows of a fragment load spread over banks) */
 
 __device__ __forceinline__ void mma_s8_m16n8k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
@@ -53,7 +51,7 @@ __device__ __forceinline__ float mmq_wscale(const KqLane<uint4> &L, const MmqSca
 /* splits > 1: split z's sums into part [splits][T][total rows] (tc_reduce
  * adds them in order); else straight into the segments' y. */
 template <uint32_t TYPE, int NT>
-__global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
+__global__ void __launch_bounds__(TC_WARPS * 32) mmq_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
                                                              int splits, float *part, int64_t total) {
     constexpr int TT = 8 * NT;
     __shared__ __align__(16) int8_t sx[TT][MMQ_XROW]; /* the K-block's int8 inputs of the tile's tokens */
@@ -61,7 +59,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
     pdl_trigger();
     pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int64_t g = (int64_t)blockIdx.x * MMQ_WARPS + warp;
+    const int64_t g = (int64_t)blockIdx.x * TC_WARPS + warp;
     int64_t r0 = 0;
     const int s = tc_locate(a, g < groups ? g : groups - 1, r0);
     const mu_cu_weight &w = a.seg[s].w;
@@ -165,23 +163,12 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_kernel(const __grid_consta
 }
 
 /* K split: enough warps for 16 a SM, each split at least two K-blocks */
-template <uint32_t TYPE, int NT>
-static cudaError_t mmq_launch(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    int64_t groups, total;
-    tc_row_space(a, &groups, &total);
-    const int64_t tiles = (a->nrows + 8 * NT - 1) / (8 * NT);
-    const int S = tc_splits(a, groups, tiles, total, a->seg[0].w.cols / 512, 16);
-    const dim3 grid((unsigned)((groups + MMQ_WARPS - 1) / MMQ_WARPS), (unsigned)tiles, (unsigned)S);
-    cudaError_t e = launch_pdl(mmq_kernel<TYPE, NT>, grid, dim3(MMQ_WARPS * 32), 0, x, *a, groups, S, a->part, total);
-    if (e != cudaSuccess || S == 1) return e;
-    return tc_reduce(a, total, S, x);
-}
-
 template <uint32_t TYPE>
 static cudaError_t mmq_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    if (a->nrows <= 8) return mmq_launch<TYPE, 1>(a, x);
-    if (a->nrows <= 16) return mmq_launch<TYPE, 2>(a, x);
-    return mmq_launch<TYPE, 4>(a, x);
+    const int64_t units = a->seg[0].w.cols / 512;
+    if (a->nrows <= 8) return tc_launch(mmq_kernel<TYPE, 1>, a, x, 1, units, 16);
+    if (a->nrows <= 16) return tc_launch(mmq_kernel<TYPE, 2>, a, x, 2, units, 16);
+    return tc_launch(mmq_kernel<TYPE, 4>, a, x, 4, units, 16);
 }
 
 extern "C" int mu_cu_mmq_ok(uint32_t type, int64_t cols) {
