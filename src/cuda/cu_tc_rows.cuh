@@ -37,7 +37,7 @@ __device__ __forceinline__ void tc_split(int n, int S, int z, int &u0, int &u1) 
 }
 
 /* y of every segment = the splits' partials [splits][T][total] added in order */
-__global__ void tc_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const float *part, int64_t total, int splits) {
+static __global__ void tc_reduce_kernel(const __grid_constant__ mu_cu_mvr a, const float *part, int64_t total, int splits) {
     pdl_trigger();
     pdl_wait();
     const int64_t n = (int64_t)a.nrows * total;
