@@ -14,3 +14,6 @@ if(MUSER_HAVE_CUDA)
   set_source_files_properties(dev/cuda/lab_chain.cu PROPERTIES COMPILE_OPTIONS
                               "-Xptxas=--suppress-async-bulk-multicast-advisory-warning")
 endif()
+# bench_kq: the fast-lane K-quant kernels alone (batched decode's arithmetic)
+add_executable(bench_kq dev/cpu/bench_kq.c)
+target_link_libraries(bench_kq PRIVATE muser_core)

@@ -10,6 +10,9 @@
  *            1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17 for batched decode
  *            (matvec_q8_rows), which must also give every token exactly,
  *            bit for bit, the numbers of the same table's matvec_q8;
+ *            the packed decode kernels (matvec_q8_kd) at 1, 2, 3, 4, 5, 7,
+ *            8, 9, 15, 16, 17, 31, 33, 64 and 70 tokens, every token bit
+ *            for bit its own one-token call, whatever the rows of the call;
  *   both lanes; unaligned activation pointers; output strides wider than the
  *   rows (and a guard that nothing outside is written).
  *
@@ -135,6 +138,39 @@ typedef struct case_ctx {
     int lane; /* 0 exact, 1 fast */
 } case_ctx;
 
+/* The packed decode kernel on T rows (packed 64-byte aligned, as the
+ * backend packs them) into y; returns how many outputs differ from the
+ * token's own one-token call, or from a call on the rows from 3 on (a
+ * row's numbers never depend on the rows of the call). */
+static int kd_run_and_check(const case_ctx *c, const void *w, uint64_t rb, int64_t rows, const uint8_t *xq, uint64_t xb,
+                            int64_t n, int64_t T, float *y, int64_t ldy) {
+    const size_t bytes = (size_t)(mu_act_kd_bytes(n) * (uint64_t)T + 63) / 64 * 64;
+    uint8_t *xd = aligned_alloc(64, bytes), *one_xd = aligned_alloc(64, (mu_act_kd_bytes(n) + 63) / 64 * 64);
+    float *one = malloc(sizeof(float) * (size_t)rows), *part = malloc(sizeof(float) * (size_t)(rows * T + 1));
+    mu_act_kd_pack(xq, xb, T, n, xd);
+    c->k->matvec_q8_kd[c->type](w, rb, rows, xd, n, T, y, ldy);
+    int bad = 0;
+    for (int64_t t = 0; t < T; t++) {
+        mu_act_kd_pack(xq + t * xb, xb, 1, n, one_xd);
+        c->k->matvec_q8_kd[c->type](w, rb, rows, one_xd, n, 1, one, rows);
+        for (int64_t r = 0; r < rows; r++)
+            if (memcmp(&one[r], &y[t * ldy + r], sizeof(float)) != 0 && bad++ < 3)
+                fprintf(stderr, "  %s %s n=%lld rows=%lld T=%lld: kd y[%lld][%lld] = %.9g, its one-token call %.9g\n", c->k->isa,
+                        mu_type_name(c->type), (long long)n, (long long)rows, (long long)T, (long long)t, (long long)r,
+                        y[t * ldy + r], one[r]);
+    }
+    if (rows > 3) {
+        c->k->matvec_q8_kd[c->type]((const uint8_t *)w + 3 * rb, rb, rows - 3, xd, n, T, part, rows - 3);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = 3; r < rows; r++)
+                if (memcmp(&part[t * (rows - 3) + r - 3], &y[t * ldy + r], sizeof(float)) != 0 && bad++ < 3)
+                    fprintf(stderr, "  %s %s n=%lld rows=%lld T=%lld: kd y[%lld][%lld] differs on the rows from 3\n", c->k->isa,
+                            mu_type_name(c->type), (long long)n, (long long)rows, (long long)T, (long long)t, (long long)r);
+    }
+    free(xd), free(one_xd), free(one), free(part);
+    return bad;
+}
+
 /* One (n, rows, T) case: T token rows, output stride ldy >= rows. */
 static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
     const bool fast = c->lane != 0;
@@ -175,6 +211,16 @@ static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
         c->k->matmul_q8_kp[c->type](w, rb, rows, xqp, xb, n, T, y_kp, ldy);
         free(xqp);
     }
+    /* the packed decode kernel: each token alone through it, bit for bit */
+    float *y_kd = NULL;
+    int kd_inexact = 0;
+    if (fast && c->k->matvec_q8_kd[c->type]) {
+        y_kd = malloc(sizeof(float) * ylen);
+        for (size_t i = 0; i < ylen; i++) y_kd[i] = -777.0f;
+        kd_inexact = kd_run_and_check(c, w, rb, rows, xq, xb, n, T, y_kd, ldy);
+    }
+    CHECKF(kd_inexact == 0, "%s %s n=%lld rows=%lld T=%lld: %d packed-decode rows differ from their one-token call",
+           c->k->isa, mu_type_name(c->type), (long long)n, (long long)rows, (long long)T, kd_inexact);
     /* batched decode: each token alone through matvec_q8, bit for bit */
     float *y_rows = NULL;
     int inexact = 0;
@@ -202,9 +248,9 @@ static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
     float *mag = malloc(sizeof(float) * (size_t)(n * rows)); /* each row's term magnitudes, once */
     for (int64_t r = 0; r < rows; r++) term_magnitudes(c->type, (const uint8_t *)w + r * rb, n, mag + r * n);
     int bad = 0;
-    const float *outs[3] = {y, y_kp, y_rows};
-    static const char *const out_names[3] = {"", " (kp)", " (batched)"};
-    for (int pass = 0; pass < 3; pass++) {
+    const float *outs[4] = {y, y_kp, y_rows, y_kd};
+    static const char *const out_names[4] = {"", " (kp)", " (batched)", " (kd)"};
+    for (int pass = 0; pass < 4; pass++) {
         const float *yo = outs[pass];
         if (!yo) continue;
         for (int64_t t = 0; t < T; t++) {
@@ -227,7 +273,7 @@ static void check_case(const case_ctx *c, int64_t n, int64_t rows, int64_t T) {
            c->lane ? "fast" : "exact", (long long)n, (long long)rows, (long long)T, bad);
     free(view), free(mag);
 done:
-    free(w), free(xbuf), free(xq), free(y_ref), free(y), free(y_kp), free(y_rows);
+    free(w), free(xbuf), free(xq), free(y_ref), free(y), free(y_kp), free(y_rows), free(y_kd);
 }
 
 static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
@@ -263,6 +309,15 @@ static void test_matvecs(const mu_cpu_kernels *ref, const mu_cpu_kernels *k) {
                     static const int64_t batch[] = {4, 5, 15, 16};
                     for (size_t t = 0; t < sizeof batch / sizeof batch[0]; t++)
                         if (!big || batch[t] == 16) check_case(&c, n, big ? 3 : 19, batch[t]);
+                }
+                /* the packed decode kernel (every case above checks it too): the
+                 * widest steps it serves and past its 64-token pass, on ragged
+                 * rows; the lengths cross its column segments (5 blocks at 16
+                 * tokens, 2 at 33) */
+                if (lane && k->matvec_q8_kd[type] && (n <= 17 * be || n == blocks_for(type, 6656))) {
+                    static const int64_t kd_tokens[] = {31, 33, 64, 70};
+                    for (size_t t = 0; t < sizeof kd_tokens / sizeof kd_tokens[0]; t++)
+                        if (!big || kd_tokens[t] <= 33) check_case(&c, n, big ? 5 : 21, kd_tokens[t]);
                 }
             }
         }
@@ -450,7 +505,8 @@ static void test_elementwise(const mu_cpu_kernels *ref, const mu_cpu_kernels *k)
     free(buf);
 }
 
-/* ---- the K-quant prefill layout: a permutation, its own inverse --------- */
+/* ---- the K-quant prefill layout: a permutation, its own inverse; the ------
+ * decode pack: the same values, block by block and token by token */
 
 static void test_kq_permute(void) {
     static const int64_t lengths[] = {16, 256, 272, 512, 6656};
@@ -471,6 +527,34 @@ static void test_kq_permute(void) {
                    "kq permute n=%lld: scales", (long long)n);
         }
         free(x), free(a), free(p), free(back);
+    }
+    /* the decode pack: token t's record of block b is block b of its permuted row */
+    for (size_t li = 1; li < sizeof lengths / sizeof lengths[0]; li++) {
+        const int64_t n = lengths[li] / 256 * 256, T = 3;
+        if (n != lengths[li]) continue;
+        const uint64_t xb = mu_act_row_bytes(n);
+        float *x = random_floats(n * T, 1.0f);
+        uint8_t *rows = malloc(xb * T), *p = malloc(xb), *d = malloc(mu_act_kd_bytes(n) * T);
+        for (int64_t t = 0; t < T; t++) mu_cpu_kernels_scalar()->quantize_act(x + t * n, rows + t * xb, n);
+        mu_act_kd_pack(rows, xb, T, n, d);
+        int bad = 0;
+        for (int64_t t = 0; t < T; t++) {
+            mu_act_kq_permute(rows + t * xb, p, n);
+            for (int64_t b = 0; b < n / 256; b++) {
+                const uint8_t *rec = d + (b * T + t) * MU_KD_REC;
+                bad += memcmp(rec, p + 256 * b, 256) != 0;
+                bad += memcmp(rec + 256, mu_act_d(p, n) + 16 * b, 64) != 0;
+                bad += memcmp(rec + 320, mu_act_ds(p, n) + 16 * b, 64) != 0;
+                for (int l = 0; l < 16; l++) { /* -32 * the sum of the lane's group */
+                    int32_t sum = 0, got;
+                    for (int i = 0; i < 16; i++) sum += ((const int8_t *)p)[256 * b + 64 * (i / 4) + 4 * l + i % 4];
+                    memcpy(&got, rec + 384 + 4 * l, 4);
+                    bad += got != -32 * sum;
+                }
+            }
+        }
+        CHECKF(bad == 0, "kd pack n=%lld: %d records differ from the permuted rows", (long long)n, bad);
+        free(x), free(rows), free(p), free(d);
     }
 }
 

@@ -474,6 +474,8 @@ int mu_cpu_backend_open(const mu_model *m, const mu_session_config *cfg, int64_t
                     T * (size_t)hp->n_rot + T * 2 /* slots */ + nth * (size_t)hp->n_head * (2 + (size_t)hp->head_dim) +
                     nth * b->attn_scratch_floats + 16;
     size_t xq_bytes = T * (size_t)mu_act_row_bytes((int64_t)widest) + 64;
+    if (T * (size_t)mu_act_kd_bytes((int64_t)widest) + 64 > xq_bytes) /* b->xqp also holds the decode pack */
+        xq_bytes = T * (size_t)mu_act_kd_bytes((int64_t)widest) + 64;
     if (!rc) {
         b->arena = malloc(floats * sizeof(float) + 2 * xq_bytes + 64);
         if (!b->arena) rc = mu_fail(MUSER_ENOMEM, "out of memory for activations");

@@ -15,7 +15,9 @@
  * tokens (T <= SMALL_T: a batched decode step) give each token its T = 1
  * numbers: in the fast lane matvec_q8_rows, which unpacks each weight block
  * once for all of them; in the exact lane the matvec per token over
- * cache-sized row tiles.
+ * cache-sized row tiles. Fast-lane K-quants with a packed-decode kernel
+ * (matvec_q8_kd) run it for one row and for steps of up to KD_T rows: a
+ * row's numbers are then the same at every width of the step.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -32,6 +34,7 @@ typedef struct mm_set {
     int n_jobs;
     const float *x; /* [T][cols] */
     int T;
+    bool prefill; /* the prefill kernels run (units are tiles reused across tokens) */
     int64_t unit_rows[MAX_JOBS];
     int64_t unit_first[MAX_JOBS + 1]; /* prefix sums of units per job */
     _Alignas(64) atomic_llong next;   /* next unclaimed unit */
@@ -54,10 +57,18 @@ static bool fast_job(const cpu_backend *b, const mu_weight *w) {
  * from about 16 rows on they cost less per token than these. */
 #define SMALL_T 8
 
+/* Decode and steps of up to KD_T rows, fast lane, K-quants: the packed
+ * decode kernel on the rows packed into b->xqp (kernels.h). Up to 64 rows
+ * it costs no more per row than the prefill kernel (measured on Zen 5). */
+#define KD_T 64
+static bool kd_job(const cpu_backend *b, const mu_weight *w, int T) {
+    return T <= KD_T && fast_job(b, w) && b->k->matvec_q8_kd[w->type];
+}
+
 /* Prefill of a K-quant in the fast lane: the kernel on the rows in the
  * K-quant prefill layout (b->xqp, kernels.h). */
 static bool kp_job(const cpu_backend *b, const mu_weight *w, int T) {
-    return T > SMALL_T && fast_job(b, w) && b->k->matmul_q8_kp[w->type];
+    return T > KD_T && T > SMALL_T && fast_job(b, w) && b->k->matmul_q8_kp[w->type];
 }
 
 static void run_rows_small_t(cpu_backend *b, const mm_job *job, const float *x, int T, int64_t r0, int64_t r1) {
@@ -84,6 +95,10 @@ static void run_rows(cpu_backend *b, const mm_job *job, const float *x, int T, i
     const mu_cpu_kernels *k = b->k;
     const uint8_t *rows = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
     float *y = job->y + r0;
+    if (kd_job(b, w, T)) {
+        k->matvec_q8_kd[w->type](rows, w->row_bytes, r1 - r0, b->xqp, cols, T, y, w->rows);
+        return;
+    }
     if (T > 1 && T <= SMALL_T) {
         run_rows_small_t(b, job, x, T, r0, r1);
         return;
@@ -106,8 +121,12 @@ static void mm_set_worker(void *ctx, int ith, int nth) {
     const long long total = s->unit_first[s->n_jobs];
     /* In prefill one unit is milliseconds of work (a MiB of weights against
      * every token of the chunk): claims of one unit, so a thread that
-     * another process preempts holds back at most one. */
-    const long long max_take = s->T > SMALL_T ? 1 : MAX_CLAIM_UNITS;
+     * another process preempts holds back at most one. A batched decode
+     * step keeps the long claims of decode: with two threads, claims of
+     * 2 units (a 16-row step's work of 32 units of one row) took 20% more
+     * time per row on Zen 5 than claims of 32, each thread's stream of
+     * weights broken every 32 rows. */
+    const long long max_take = s->prefill ? 1 : MAX_CLAIM_UNITS;
     for (;;) {
         long long u0 = atomic_load_explicit(&s->next, memory_order_relaxed), take;
         do {
@@ -138,6 +157,7 @@ typedef struct quant_ctx {
     int T;
     int64_t cols;
     bool kp; /* also write the K-quant prefill layout */
+    bool kd; /* also pack the rows for the decode kernel */
     _Alignas(64) atomic_int next; /* next unclaimed token */
 } quant_ctx;
 
@@ -146,6 +166,7 @@ static void quantize_tokens(const quant_ctx *c, int t0, int t1) {
         uint8_t *row = quantized_input(c->b, t, c->cols);
         c->b->k->quantize_act(c->x + (int64_t)t * c->cols, row, c->cols);
         if (c->kp) mu_act_kq_permute(row, c->b->xqp + (row - c->b->xq), c->cols);
+        if (c->kd) mu_act_kd_pack_row(row, t, c->T, c->cols, c->b->xqp);
     }
 }
 
@@ -156,10 +177,11 @@ static void quant_worker(void *ctx, int ith, int nth) {
 }
 
 static void quantize_inputs(cpu_backend *b, const mm_job *jobs, int n_jobs, const float *x, int T, int64_t cols) {
-    bool need = false, kp = false;
-    for (int j = 0; j < n_jobs; j++) need |= fast_job(b, jobs[j].w), kp |= kp_job(b, jobs[j].w, T);
+    bool need = false, kp = false, kd = false;
+    for (int j = 0; j < n_jobs; j++)
+        need |= fast_job(b, jobs[j].w), kp |= kp_job(b, jobs[j].w, T), kd |= kd_job(b, jobs[j].w, T);
     if (!need) return;
-    quant_ctx c = {b, x, T, cols, kp, 0};
+    quant_ctx c = {b, x, T, cols, kp, kd, 0};
     PROF_BEGIN(b);
     if (T >= 8) mu_pool_run_elastic(b->pool, quant_worker, &c);
     else quantize_tokens(&c, 0, T);
@@ -174,10 +196,13 @@ void mu_cpu_matmul_set(cpu_backend *b, const mm_job *jobs, int n_jobs, const flo
     s.n_jobs = n_jobs;
     s.x = x;
     s.T = T;
-    /* Units of ~32 KiB of weights in decode; bigger in prefill, where a
-     * unit is also a tile the kernel reuses across T tokens. */
+    /* Units of ~32 KiB of weights in decode (the packed-decode kernel
+     * included, whatever T); bigger in prefill, where a unit is also a
+     * tile the kernel reuses across T tokens. */
+    s.prefill = false;
+    for (int j = 0; j < n_jobs; j++) s.prefill |= T > SMALL_T && !kd_job(b, jobs[j].w, T);
     uint64_t unit_bytes = 32u << 10;
-    if (T > SMALL_T) unit_bytes = (uint64_t)(T < 32 ? T : 32) * (32u << 10);
+    if (s.prefill) unit_bytes = (uint64_t)(T < 32 ? T : 32) * (32u << 10);
     uint64_t bytes = 0;
     for (int j = 0; j < n_jobs; j++) {
         const mu_weight *w = jobs[j].w;

@@ -39,6 +39,10 @@ typedef void (*mu_matmul_f32_fn)(const void *w, uint64_t row_bytes, int64_t nrow
 typedef void (*mu_matmul_q8_fn)(const void *w, uint64_t row_bytes, int64_t nrows, const void *xq,
                                 uint64_t xq_row_bytes, int64_t n, int64_t T, float *y, int64_t ldy);
 typedef void (*mu_quantize_fn)(const float *x, void *dst, int64_t n);
+/* Batched decode on packed rows (mu_act_kd_pack): y[t*ldy + r] = dot(row r
+ * of w, x_t) for t < T and r < nrows. */
+typedef void (*mu_matvec_kd_fn)(const void *w, uint64_t row_bytes, int64_t nrows, const void *xd, int64_t n, int64_t T,
+                                float *y, int64_t ldy);
 
 /* ---- fast-lane activations ------------------------------------------------
  * int8 in groups of 16 with an f32 scale per group. llama.cpp's CPU backend
@@ -71,6 +75,23 @@ static inline const float *mu_act_ds(const void *row, int64_t n) { return mu_act
  * its own inverse. */
 void mu_act_kq_permute(const void *src, void *dst, int64_t n);
 
+/* ---- K-quant decode activations (fast lane) -----------------------------
+ * The batched-decode kernels (matvec_q8_kd) take the T rows of a step
+ * packed block by block, so that a register tile of tokens reads one
+ * block's activations at fixed offsets from one pointer: for each
+ * 256-element block b and token t, a record of MU_KD_REC bytes at
+ * dst + (b*T + t) * MU_KD_REC holding that token's block in the layout of
+ * mu_act_kq_permute, and the groups' sums of qs times -32 (Q6_K's offset
+ * is then an integer the dot products start from),
+ *     qs'[256] int8 | d'[16] f32 | ds'[16] f32 | b'[16] int32
+ * (n a multiple of 256; mu_act_kd_bytes(n) per row). src holds the rows
+ * xb bytes apart. */
+#define MU_KD_REC 448
+static inline uint64_t mu_act_kd_bytes(int64_t n) { return (uint64_t)(n / 256) * MU_KD_REC; }
+void mu_act_kd_pack(const void *src, uint64_t xb, int64_t T, int64_t n, void *dst);
+/* Token t's record of block b alone: packs one row into a pack of T. */
+void mu_act_kd_pack_row(const void *src, int64_t t, int64_t T, int64_t n, void *dst);
+
 typedef struct mu_cpu_kernels {
     const char *isa;                              /* "scalar", "avx2", "avx512bw", "avx512" */
     mu_matvec_f32_fn matvec_f32[MU_TYPE_COUNT];   /* exact lane (and float weights) */
@@ -88,6 +109,15 @@ typedef struct mu_cpu_kernels {
      * (where matmul_q8 runs matvec_q8 per token, as in the scalar table,
      * it is matmul_q8). */
     mu_matmul_q8_fn matvec_q8_rows[MU_TYPE_COUNT];
+    /* Decode, fast lane, K-quants, one row or a batch of T, on rows packed
+     * by mu_act_kd_pack (NULL: use matvec_q8 and matvec_q8_rows). A row's
+     * numbers never depend on T, on the other rows or on the range of
+     * weight rows of the call: each (weight row, token) sums its blocks in
+     * order in one 16-lane accumulator, then adds the lanes. Same numbers
+     * as matvec_q8 up to the rounding of the float sums (their order, and
+     * Q6_K's offset summed as an integer); its reference is the scalar
+     * matvec_q8 on the rows before packing. */
+    mu_matvec_kd_fn matvec_q8_kd[MU_TYPE_COUNT];
     mu_quantize_fn quantize_act;                  /* f32 -> a fast-lane row */
     /* Attention over a block of KV rows for the nq query heads that share
      * one KV head (q: [nq][hd] f32; rows ld floats apart):

@@ -228,6 +228,32 @@ void mu_act_kq_permute(const void *src, void *dst, int64_t n) {
     for (int64_t g = 16 * nb; g < groups; g++) dd[g] = d[g], dds[g] = ds[g];
 }
 
+void mu_act_kd_pack_row(const void *src, int64_t t, int64_t T, int64_t n, void *dst) {
+    const int8_t *qs = src;
+    const float *d = mu_act_d(src, n), *ds = mu_act_ds(src, n);
+    for (int64_t b = 0; b < n / MU_QK_K; b++) {
+        uint8_t *rec = (uint8_t *)dst + (uint64_t)(b * T + t) * MU_KD_REC;
+        float dd[16], dds[16];
+        int32_t bias[16];
+        for (int l = 0; l < 16; l++) {
+            const int g = 4 * (l % 4) + l / 4;
+            for (int c = 0; c < 4; c++) memcpy(rec + 64 * c + 4 * l, qs + 256 * b + 16 * g + 4 * c, 4);
+            dd[l] = d[16 * b + g];
+            dds[l] = ds[16 * b + g];
+            int32_t sum = 0;
+            for (int i = 0; i < 16; i++) sum += qs[256 * b + 16 * g + i];
+            bias[l] = -32 * sum;
+        }
+        memcpy(rec + 256, dd, sizeof dd);
+        memcpy(rec + 320, dds, sizeof dds);
+        memcpy(rec + 384, bias, sizeof bias);
+    }
+}
+
+void mu_act_kd_pack(const void *src, uint64_t xb, int64_t T, int64_t n, void *dst) {
+    for (int64_t t = 0; t < T; t++) mu_act_kd_pack_row((const uint8_t *)src + (uint64_t)t * xb, t, T, n, dst);
+}
+
 /* ---- prefill: one matvec per token -------------------------------------- */
 
 static void matmul_f32_ref(const void *w, uint64_t rb, int64_t nr, const float *x, int64_t n, int64_t T, float *y,

@@ -713,6 +713,9 @@ static void x86_fill_table(mu_cpu_kernels *k, const char *isa) {
     k->matmul_q8_kp[MU_TYPE_Q4_K] = matmul_q8_kp_Q4_K;
     k->matmul_q8_kp[MU_TYPE_Q5_K] = matmul_q8_kp_Q5_K;
     k->matmul_q8_kp[MU_TYPE_Q6_K] = matmul_q8_kp_Q6_K;
+    k->matvec_q8_kd[MU_TYPE_Q4_K] = matvec_q8_kd_Q4_K;
+    k->matvec_q8_kd[MU_TYPE_Q5_K] = matvec_q8_kd_Q5_K;
+    k->matvec_q8_kd[MU_TYPE_Q6_K] = matvec_q8_kd_Q6_K;
 #endif
     k->isa = isa;
 }
