@@ -341,10 +341,13 @@ FAST_KQUANT_KP(Q6_K, KQ_Q6_K)
  * between segments in acc[]; within a segment, each token tile over the
  * tile's rows. With one segment (few tokens) a row streams from memory
  * in one run with the usual prefetch; with several, the next row tile is
- * prefetched while this one runs: a line at a time as the blocks go, or,
- * from KD_BURST_NT tokens on, all of it when the tile starts (measured on
- * Zen 5, 6656 x 16384 Q4_K/Q6_K from memory: 10-15% faster at 16 and 32
- * tokens, 3-10% slower at 4 and 8). */
+ * prefetched a line at a time as the blocks go, into L2, or from
+ * KD_NEAR_NT tokens on into L1, with the next row's segment too (its
+ * first block has no block before it to hide its load). Measured on Zen 5
+ * from memory: at 16 and 32 tokens 4-9% faster than prefetching each tile
+ * at once, which stalls on the misses in flight (12% of the time in the
+ * prefetch loop at 16 rows), and that 10-15% faster than into L2; at 4 and
+ * 8 tokens into L2 is as fast or faster. */
 #ifndef KD_NT
 #define KD_NT 16 /* tokens per register tile */
 #endif
@@ -356,8 +359,8 @@ FAST_KQUANT_KP(Q6_K, KQ_Q6_K)
  * 32 KiB at 4 to 16 tokens; 16 KiB no better) */
 #define KD_SEG_BYTES (24u << 10)
 #endif
-#ifndef KD_BURST_NT
-#define KD_BURST_NT 12 /* token tiles from which the next row tile is prefetched at once */
+#ifndef KD_NEAR_NT
+#define KD_NEAR_NT 12 /* token tiles from which the prefetch goes into L1 */
 #endif
 #define KD_MAX_T 64 /* tokens per pass over the weights (larger T: several passes) */
 
@@ -423,18 +426,21 @@ MU_INLINE void kd_unpack(int fmt, const void *blk, kd_block *u) {
     }
 }
 
-/* Prefetch of the next row tile into L2 while a tile runs in several
- * segments: `want` advances with the bytes of the blocks done, `next`
- * follows it one tile ahead. off: the tile is prefetched at once. */
+/* Prefetch of the next row tile while a tile runs in several segments:
+ * `want` advances with the bytes of the blocks done, `next` follows it one
+ * tile ahead (near: into L1, the first tile too, as the first block
+ * asks). */
 typedef struct kd_pf {
     const uint8_t *next, *want, *end;
-    bool off;
+    bool near;
 } kd_pf;
 
 MU_INLINE void kd_prefetch(kd_pf *p, uint64_t bytes) {
-    if (p->off) return;
     p->want += bytes;
-    for (; p->next < p->want && p->next < p->end; p->next += 64) _mm_prefetch((const char *)p->next, _MM_HINT_T1);
+    for (; p->next < p->want && p->next < p->end; p->next += 64) {
+        if (p->near) _mm_prefetch((const char *)p->next, _MM_HINT_T0);
+        else _mm_prefetch((const char *)p->next, _MM_HINT_T1);
+    }
 }
 
 /* One weight row's column segment of nbs blocks x nt tokens (nt a
@@ -442,7 +448,7 @@ MU_INLINE void kd_prefetch(kd_pf *p, uint64_t bytes) {
  * x: token 0's record of the first block, xstep bytes per block. acc: the
  * nt accumulators between segments; last: the lanes go to y[t * ldy]. */
 MU_INLINE void kd_tile(int fmt, const uint8_t *row, const uint8_t *x, uint64_t xstep, int64_t nbs, int nt, float *acc_io,
-                       bool first, bool last, float *y, int64_t ldy, kd_pf *pf) {
+                       bool first, bool last, float *y, int64_t ldy, kd_pf *pf, uint64_t rb) {
     const uint64_t bb = kq_block_bytes(fmt);
     vf acc[KD_NT];
     MU_UNROLL(16)
@@ -450,6 +456,8 @@ MU_INLINE void kd_tile(int fmt, const uint8_t *row, const uint8_t *x, uint64_t x
     /* the next block is unpacked while this one runs (3-4% on Zen 5: its
      * loads are issued a block earlier) */
     kd_block next;
+    if (pf && pf->near) /* the next row's segment */
+        for (uint64_t o = 0; o < (uint64_t)nbs * bb; o += 64) _mm_prefetch((const char *)row + rb + o, _MM_HINT_T0);
     kd_unpack(fmt, row, &next);
     for (int64_t i = 0; i < nbs; i++, x += xstep) {
         const uint8_t *blk = row + (uint64_t)i * bb;
@@ -480,11 +488,11 @@ MU_INLINE void kd_tile(int fmt, const uint8_t *row, const uint8_t *x, uint64_t x
 
 #define KD_CASE(N)                                                                                               \
     case N:                                                                                                    \
-        kd_tile(fmt, row, x, xstep, nbs, N, acc_io, first, last, y, ldy, pf);                                  \
+        kd_tile(fmt, row, x, xstep, nbs, N, acc_io, first, last, y, ldy, pf, rb);                                  \
         break;
 
 MU_INLINE void kd_tile_any(int fmt, const uint8_t *row, const uint8_t *x, uint64_t xstep, int64_t nbs, int nt,
-                           float *acc_io, bool first, bool last, float *y, int64_t ldy, kd_pf *pf) {
+                           float *acc_io, bool first, bool last, float *y, int64_t ldy, kd_pf *pf, uint64_t rb) {
     switch (nt) {
         KD_CASE(1) KD_CASE(2) KD_CASE(3) KD_CASE(4) KD_CASE(5) KD_CASE(6) KD_CASE(7) KD_CASE(8)
         KD_CASE(9) KD_CASE(10) KD_CASE(11) KD_CASE(12) KD_CASE(13) KD_CASE(14) KD_CASE(15) KD_CASE(16)
@@ -503,16 +511,12 @@ MU_INLINE void kd_pass(int fmt, const uint8_t *w, uint64_t rb, int64_t nr, const
     if (seg < 1) seg = 1;
     if (seg > nb) seg = nb;
     _Alignas(64) float acc[KD_ROWS * KD_MAX_T * 16];
-    const uint8_t *end = w + (uint64_t)nr * rb;
     const uint64_t tile_bytes = (uint64_t)KD_ROWS * rb;
-    kd_pf pf = {w + tile_bytes, w + tile_bytes, end, nt_max >= KD_BURST_NT};
+    const bool near = nt_max >= KD_NEAR_NT;
+    kd_pf pf = {near ? w : w + tile_bytes, w + tile_bytes, w + (uint64_t)nr * rb, near};
     for (int64_t r0 = 0; r0 < nr; r0 += KD_ROWS) {
         const int64_t rows = nr - r0 < KD_ROWS ? nr - r0 : KD_ROWS;
         const uint8_t *wt = w + (uint64_t)r0 * rb;
-        if (pf.off && seg < nb) { /* the next tile (the first: this one too) */
-            const uint8_t *p = r0 ? wt + tile_bytes : wt, *e = wt + 2 * tile_bytes < end ? wt + 2 * tile_bytes : end;
-            for (; p < e; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T0);
-        }
         for (int64_t b0 = 0; b0 < nb; b0 += seg) {
             const int64_t nbs = nb - b0 < seg ? nb - b0 : seg;
             const bool first = b0 == 0, last = b0 + nbs == nb;
@@ -521,7 +525,7 @@ MU_INLINE void kd_pass(int fmt, const uint8_t *w, uint64_t rb, int64_t nr, const
                 const uint8_t *x = xd + ((uint64_t)b0 * (uint64_t)T_all + (uint64_t)(t0 + t)) * MU_KD_REC;
                 for (int64_t r = 0; r < rows; r++)
                     kd_tile_any(fmt, wt + (uint64_t)r * rb + (uint64_t)b0 * bb, x, xstep, nbs, nt, acc + (r * T + t) * 16,
-                                first, last, y + t * ldy + r0 + r, ldy, seg < nb && t == 0 ? &pf : NULL);
+                                first, last, y + t * ldy + r0 + r, ldy, seg < nb && t == 0 ? &pf : NULL, rb);
                 t += nt;
             }
         }
