@@ -8,14 +8,16 @@
  * once per weight, whatever the number of tokens.
  *
  * A warp owns 16 weight rows and NT tiles of 8 tokens; the four warps of a
- * block take four row groups over the same spans of K (two blocks each),
- * so each input fragment is read once from L2 for 64 rows and the other
- * warps find it in L1 (per 16 rows the packed inputs would outweigh the
- * weights). Where the grid is small, K is split over grid.z into partial
- * sums added in order by a second launch (deterministic). Lane (gid, tig)
- * loads the lane-block (block 2q + (tig >> 1), c0 = tig & 1) of rows gid
- * and gid + 8, the next span's while it computes this one; a row's quad
- * reads 64 contiguous bytes a load.
+ * block take four row groups over the same spans of K (two blocks each).
+ * The spans stream through shared memory in a ring of S stages (cp.async):
+ * each lane copies its own lane-blocks of rows gid and gid + 8 (the block
+ * 2q + (tig >> 1), c0 = tig & 1; a row's quad reads 64 contiguous bytes a
+ * copy) and the block copies the span's packed inputs once for its four
+ * warps, S - 1 spans ahead of the one it multiplies, so the bytes in flight
+ * do not depend on registers. The weights' first stages are copied before
+ * the kernel waits for its predecessor (they do not depend on it). Where
+ * the grid is small, K is split over grid.z into partial sums added in
+ * order by a second launch (deterministic).
  *
  * The k order inside an mma is free as long as A and B agree: slot (cc, k,
  * h) of a span gives lane tig the four weights 64X + 32h + 4k + j (X = c0 +
@@ -29,7 +31,9 @@
  * (2^8) so that small ones stay normal f16 numbers; the sums are scaled
  * back at the end.
  *
- * Packed inputs xp: [T/8 tiles][spans][33 slots][32 lanes][4] f16. */
+ * Packed inputs xp: [T/8 tiles][spans][33 slots][32 lanes][4] f16.
+ * A stage in shared memory: [TC_WARPS][slots][2 rows][32 lanes] uint4 of
+ * weights (mmf_wslots), then [NT][33 slots][32 lanes] uint2 of inputs. */
 #include "cuda/cu_tc_rows.cuh"
 #include "cuda/cuda_plan.h"
 
@@ -106,17 +110,110 @@ __device__ __forceinline__ void mmf_weights(const KqLane<uint4> &L, const MmfSca
     p13 = h22u(__hfma2(u2h2(o), S.s[s], S.b[s]));
 }
 
-/* Both rows' lane-blocks of span q (zeros where a row or the block is absent). */
+/* ---- the ring of stages ----------------------------------------------------- */
+
+__device__ __forceinline__ void mmf_cp16(void *dst, const void *src, bool on, uint64_t pol) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(on ? 16 : 0), "l"(pol)
+                 : "memory");
+}
+__device__ __forceinline__ void mmf_cp8(void *dst, const void *src, bool on) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+                 "r"(on ? 8 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void mmf_cp4(void *dst, const void *src, bool on) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+                 "r"(on ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void mmf_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void mmf_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* 16-byte slots a lane copies per row and span: the nibbles (4), the meta
+ * (Q6_K: its 8 bytes, then the 4-byte pair of d that holds the block's),
+ * the high bits (Q5_K 1, Q6_K 2). */
 template <uint32_t TYPE>
-__device__ __forceinline__ void mmf_load(KqLane<uint4> (&L)[2], const mu_cu_weight &w, const int64_t (&r)[2],
-                                         const bool (&ok)[2], int q, int tig, int nb) {
-    const int blk = 2 * q + (tig >> 1);
+__host__ __device__ constexpr int mmf_wslots() {
+    return TYPE == MU_TYPE_Q4_K ? 5 : (TYPE == MU_TYPE_Q5_K ? 6 : 7);
+}
+#define MMF_TILE_U2 (MMF_SLOTS * 32) /* uint2 of one tile's inputs of a span (8448 bytes) */
+/* bytes of one stage */
+template <uint32_t TYPE>
+__host__ __device__ constexpr size_t mmf_stage_bytes(int nt) {
+    return (size_t)TC_WARPS * mmf_wslots<TYPE>() * 2 * 32 * 16 + (size_t)nt * MMF_TILE_U2 * 8;
+}
+
+/* Copies span q's lane-blocks of both rows into ws [slots][2][32] (zeros
+ * where a row or the block is absent: nothing read). The d stream is
+ * 256-byte aligned and padded, so the aligned pair holding d is in it. */
+template <uint32_t TYPE>
+__device__ __forceinline__ void mmf_copy_w(uint4 *ws, const mu_cu_weight &w, const int64_t (&r)[2],
+                                           const bool (&ok)[2], int q, int lane, int nb, uint64_t pol) {
+    const int tig = lane & 3, blk = 2 * q + (tig >> 1), c0 = tig & 1;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-        L[i].q[0] = L[i].q[1] = L[i].q[2] = L[i].q[3] = L[i].m = L[i].h[0] = L[i].h[1] = z;
+        const bool on = ok[i] && blk < nb;
+        const int b = on ? blk : 0;
+        const int64_t rb = (on ? r[i] : 0) * nb;
+        uint4 *const sl = ws + i * 32 + lane; /* slot k at sl + 64 k */
+        const uint8_t *qp = w.qs + rb * 128 + kq_qs_off(b, c0, 0, nb);
+        const uint32_t span = kq_qs_off(b, c0, 1, nb) - kq_qs_off(b, c0, 0, nb);
+#pragma unroll
+        for (int k = 0; k < 4; k++) mmf_cp16(sl + 64 * k, qp + span * k, on, pol);
+        if (TYPE == MU_TYPE_Q6_K) {
+            mmf_cp8(sl + 256, w.meta + rb * 16 + 16 * b + 8 * c0, on);
+            mmf_cp4(reinterpret_cast<uint32_t *>(sl + 256) + 2, w.d + ((rb + b) & ~(int64_t)1), on);
+            const uint8_t *qh = w.qh + rb * 64;
+            mmf_cp16(sl + 320, qh + kq_qh6_off(b, c0, 0, nb), on, pol);
+            mmf_cp16(sl + 384, qh + kq_qh6_off(b, c0, 1, nb), on, pol);
+        } else {
+            mmf_cp16(sl + 256, w.meta + rb * 16 + 16 * b, on, pol);
+            if (TYPE == MU_TYPE_Q5_K) mmf_cp16(sl + 320, w.qh + rb * 32 + (uint32_t)b * 32u + 16u * (uint32_t)c0, on, pol);
+        }
+    }
+}
+
+/* Copies span q's packed inputs of the block's n_tiles tiles into xs
+ * [NT][MMF_TILE_U2] (every thread of the block a share). */
+template <int NT>
+__device__ __forceinline__ void mmf_copy_x(uint2 *xs, const uint2 *xq, int64_t tile_stride, int n_tiles) {
+    constexpr int CH = MMF_TILE_U2 / 2; /* 16-byte chunks of a tile */
+    for (int c = threadIdx.x; c < NT * CH; c += TC_WARPS * 32) {
+        const int n = c / CH, j = c - n * CH;
+        if (n < n_tiles)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                             (unsigned)__cvta_generic_to_shared(xs + 2 * c)),
+                         "l"(xq + n * tile_stride + 2 * j)
+                         : "memory");
+    }
+}
+
+/* Both rows' lane-blocks from ws (mmf_copy_w's slots) into registers. */
+template <uint32_t TYPE>
+__device__ __forceinline__ void mmf_read_w(KqLane<uint4> (&L)[2], const uint4 *ws, int lane, const int64_t (&r)[2],
+                                           int q, int nb) {
+    const int blk = 2 * q + ((lane & 3) >> 1);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const uint4 *const sl = ws + i * 32 + lane;
+#pragma unroll
+        for (int k = 0; k < 4; k++) L[i].q[k] = sl[64 * k];
+        const uint4 m = sl[256];
         L[i].d = 0u;
-        if (ok[i] && blk < nb) kq_load<TYPE>(L[i], w, r[i], blk, tig & 1);
+        if (TYPE == MU_TYPE_Q6_K) {
+            L[i].m = make_uint4(m.x, m.y, 0u, 0u);
+            L[i].d = (m.z >> (16 * (int)((r[i] * nb + blk) & 1))) & 0xFFFFu;
+            L[i].h[0] = sl[320];
+            L[i].h[1] = sl[384];
+        } else {
+            L[i].m = m;
+            if (TYPE == MU_TYPE_Q5_K) L[i].h[0] = sl[320];
+        }
     }
 }
 
@@ -142,7 +239,7 @@ __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
                     if (n >= n_tiles) break;
-                    const uint2 bx = __ldg(xq + n * tile_stride + slot * 32);
+                    const uint2 bx = xq[n * tile_stride + slot * 32];
                     mma_f16_m16n8k16(acc[n], a0, a1, a2, a3, bx.x, bx.y);
                 }
             }
@@ -150,50 +247,70 @@ __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool
 #pragma unroll
         for (int n = 0; n < NT; n++) {
             if (n >= n_tiles) break;
-            const uint2 bx = __ldg(xq + n * tile_stride + 32 * 32);
+            const uint2 bx = xq[n * tile_stride + 32 * 32];
             mma_f16_m16n8k16(acc[n], S[0].mn[0], S[1].mn[0], S[0].mn[1], S[1].mn[1], bx.x, bx.y);
         }
     }
 }
 
 /* splits > 1: split z's sums into part [splits][T][total rows] (tc_reduce
- * adds them in order); else straight into the segments' y. */
-template <uint32_t TYPE, int NT>
+ * adds them in order); else straight into the segments' y. S stages of
+ * mmf_stage_bytes<TYPE>(NT) in dynamic shared memory. */
+template <uint32_t TYPE, int NT, int S>
 __global__ void __launch_bounds__(TC_WARPS * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
                                                              int splits, float *part, int64_t total) {
+    extern __shared__ uint4 mmf_ring[];
     pdl_trigger();
-    pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int64_t g = (int64_t)blockIdx.x * TC_WARPS + warp;
-    if (g >= groups) return; /* (no block-wide barrier below) */
+    const int64_t g = (int64_t)blockIdx.x * TC_WARPS + warp; /* past the groups: no rows, but copies and barriers */
     int64_t r0 = 0;
     const int s = tc_locate(a, g, r0);
     const mu_cu_weight &w = a.seg[s].w;
     const int64_t r[2] = {r0 + gid, r0 + gid + 8};
-    const bool ok[2] = {r[0] < w.rows, r[1] < w.rows};
+    const bool ok[2] = {g < groups && r[0] < w.rows, g < groups && r[1] < w.rows};
     const int T = a.nrows, nb = (int)(w.cols >> 8), NS = (nb + 1) >> 1;
     const int n0 = blockIdx.y * NT, n_tiles = min(NT, ((T + 7) >> 3) - n0);
-    const int64_t span_stride = MMF_SLOTS * 32, tile_stride = (int64_t)NS * span_stride;
-    const uint2 *xp = reinterpret_cast<const uint2 *>(a.xp) + n0 * tile_stride + lane;
+    const int64_t span_stride = MMF_TILE_U2, tile_stride = (int64_t)NS * span_stride;
+    const uint2 *xp = reinterpret_cast<const uint2 *>(a.xp) + n0 * tile_stride;
+    constexpr int WU = mmf_wslots<TYPE>() * 64;                   /* uint4 of a warp's weights a stage */
+    constexpr int STAGE = (int)(mmf_stage_bytes<TYPE>(NT) / 16); /* uint4 of a stage */
+    uint4 *const wring = mmf_ring + warp * WU;
+    uint2 *const xring = reinterpret_cast<uint2 *>(mmf_ring + TC_WARPS * WU);
+    const uint64_t pol = l2_evict_first();
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    const int z = blockIdx.z;
     int q0, q1; /* split z's spans */
-    tc_split(NS, splits, z, q0, q1);
-    KqLane<uint4> L0[2], L1[2];
-    if (q0 < q1) mmf_load<TYPE>(L0, w, r, ok, q0, tig, nb);
-    for (int q = q0; q < q1; q += 2) { /* two register sets: the next span loads while this one computes */
-        if (q + 1 < q1) mmf_load<TYPE>(L1, w, r, ok, q + 1, tig, nb);
-        mmf_span<TYPE, NT>(L0, ok, q, nb, xp + q * span_stride, tile_stride, n_tiles, acc);
-        if (q + 1 >= q1) break;
-        if (q + 2 < q1) mmf_load<TYPE>(L0, w, r, ok, q + 2, tig, nb);
-        mmf_span<TYPE, NT>(L1, ok, q + 1, nb, xp + (q + 1) * span_stride, tile_stride, n_tiles, acc);
+    tc_split(NS, splits, blockIdx.z, q0, q1);
+#pragma unroll
+    for (int p = 0; p < S - 1; p++)
+        if (q0 + p < q1) mmf_copy_w<TYPE>(wring + p * STAGE, w, r, ok, q0 + p, lane, nb, pol);
+    pdl_wait(); /* the inputs are the predecessor's */
+#pragma unroll
+    for (int p = 0; p < S - 1; p++) {
+        if (q0 + p < q1) mmf_copy_x<NT>(xring + 2 * p * STAGE, xp + (q0 + p) * span_stride, tile_stride, n_tiles);
+        mmf_commit();
     }
+    for (int q = q0; q < q1; q++) {
+        mmf_wait<S - 2>(); /* this thread's copies of span q have landed */
+        __syncthreads();   /* ... and everyone's; and the stage about to be refilled is read */
+        const int qn = q + S - 1;
+        if (qn < q1) {
+            const int st = (qn - q0) % S;
+            mmf_copy_w<TYPE>(wring + st * STAGE, w, r, ok, qn, lane, nb, pol);
+            mmf_copy_x<NT>(xring + 2 * st * STAGE, xp + qn * span_stride, tile_stride, n_tiles);
+        }
+        mmf_commit();
+        const int st = (q - q0) % S;
+        KqLane<uint4> L[2];
+        mmf_read_w<TYPE>(L, wring + st * STAGE, lane, r, q, nb);
+        mmf_span<TYPE, NT>(L, ok, q, nb, xring + 2 * st * STAGE + lane, MMF_TILE_U2, n_tiles, acc);
+    }
+    mmf_wait<0>();
     float *y = a.seg[s].y;
     int64_t ldy = a.seg[s].ldy;
     if (splits > 1) {
-        y = part + (int64_t)z * T * total + tc_seg_first(a, s);
+        y = part + (int64_t)blockIdx.z * T * total + tc_seg_first(a, s);
         ldy = total;
     }
 #pragma unroll
@@ -274,15 +391,68 @@ extern "C" cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t 
     return mmf_pack(reinterpret_cast<const __half *>(x), ldx, K, T, xp, e);
 }
 
-/* K split: enough warps for 12 a SM (three blocks at its registers), at
- * least one span each */
+/* The device's shared memory: the most a block may opt in to, and an SM's. */
+static cudaError_t mmf_smem_limits(size_t *block, size_t *sm) {
+    static int opt[MU_CU_MAX_DEVICES], per_sm[MU_CU_MAX_DEVICES];
+    int dev = 0;
+    cudaError_t e = current_device(&dev);
+    if (e != cudaSuccess) return e;
+    if (!opt[dev]) {
+        e = cudaDeviceGetAttribute(&per_sm[dev], cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&opt[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (e != cudaSuccess) return e;
+    }
+    *block = (size_t)opt[dev];
+    *sm = (size_t)per_sm[dev];
+    return cudaSuccess;
+}
+
+/* One launch with S stages (smem bytes, blocks a SM); K split for enough
+ * warps on every SM, at least one span each. */
+template <uint32_t TYPE, int NT, int S>
+static cudaError_t mmf_launch(const mu_cu_mvr *a, const mu_cu_exec *x, size_t smem, int blocks_per_sm) {
+    static bool raised[MU_CU_MAX_DEVICES];
+    int dev = 0;
+    cudaError_t e = current_device(&dev);
+    if (e != cudaSuccess) return e;
+    if (!raised[dev]) {
+        e = cudaFuncSetAttribute(mmf_kernel<TYPE, NT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(mmf_kernel<TYPE, NT, S>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     (int)cudaSharedmemCarveoutMaxShared);
+        if (e != cudaSuccess) return e;
+        raised[dev] = true;
+    }
+    const int64_t spans = (a->seg[0].w.cols / 256 + 1) / 2;
+    return tc_launch(mmf_kernel<TYPE, NT, S>, a, x, NT, spans, TC_WARPS * blocks_per_sm, smem);
+}
+
+/* Three stages where two blocks fit an SM with them, else two (one block an
+ * SM where that is all that fits). */
+template <uint32_t TYPE, int NT>
+static cudaError_t mmf_stages(const mu_cu_mvr *a, const mu_cu_exec *x, size_t per_block, size_t per_sm) {
+    const size_t st = mmf_stage_bytes<TYPE>(NT), two = per_sm / 2 - 1024;
+    if (3 * st <= per_block && 3 * st <= two) return mmf_launch<TYPE, NT, 3>(a, x, 3 * st, 2);
+    const int fit = (int)(per_sm / (2 * st + 1024));
+    return mmf_launch<TYPE, NT, 2>(a, x, 2 * st, fit > 4 ? 4 : (fit < 1 ? 1 : fit));
+}
+
+/* NT tiles of 8 tokens a block by the token count, fewer where two stages
+ * of them do not fit a block's shared memory (GPUs with less of it). */
 template <uint32_t TYPE>
 static cudaError_t mmf_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    const int64_t spans = (a->seg[0].w.cols / 256 + 1) / 2;
-    if (a->nrows <= 8) return tc_launch(mmf_kernel<TYPE, 1>, a, x, 1, spans, 12);
-    if (a->nrows <= 16) return tc_launch(mmf_kernel<TYPE, 2>, a, x, 2, spans, 12);
-    if (a->nrows <= 32) return tc_launch(mmf_kernel<TYPE, 4>, a, x, 4, spans, 12);
-    return tc_launch(mmf_kernel<TYPE, 8>, a, x, 8, spans, 12);
+    size_t per_block = 0, per_sm = 0;
+    const cudaError_t e = mmf_smem_limits(&per_block, &per_sm);
+    if (e != cudaSuccess) return e;
+    int nt = a->nrows <= 8 ? 1 : (a->nrows <= 16 ? 2 : (a->nrows <= 32 ? 4 : 8));
+    while (nt > 1 && 2 * mmf_stage_bytes<TYPE>(nt) > per_block) nt /= 2;
+    if (2 * mmf_stage_bytes<TYPE>(nt) > per_block) return cudaErrorNotSupported;
+    switch (nt) {
+    case 1: return mmf_stages<TYPE, 1>(a, x, per_block, per_sm);
+    case 2: return mmf_stages<TYPE, 2>(a, x, per_block, per_sm);
+    case 4: return mmf_stages<TYPE, 4>(a, x, per_block, per_sm);
+    default: return mmf_stages<TYPE, 8>(a, x, per_block, per_sm);
+    }
 }
 
 extern "C" cudaError_t mu_cu_mmf_set(const mu_cu_mvr *a, const mu_cu_exec *x) {

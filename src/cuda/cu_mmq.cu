@@ -166,9 +166,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32) mmq_kernel(const __grid_constan
 template <uint32_t TYPE>
 static cudaError_t mmq_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
     const int64_t units = a->seg[0].w.cols / 512;
-    if (a->nrows <= 8) return tc_launch(mmq_kernel<TYPE, 1>, a, x, 1, units, 16);
-    if (a->nrows <= 16) return tc_launch(mmq_kernel<TYPE, 2>, a, x, 2, units, 16);
-    return tc_launch(mmq_kernel<TYPE, 4>, a, x, 4, units, 16);
+    if (a->nrows <= 8) return tc_launch(mmq_kernel<TYPE, 1>, a, x, 1, units, 16, 0);
+    if (a->nrows <= 16) return tc_launch(mmq_kernel<TYPE, 2>, a, x, 2, units, 16, 0);
+    return tc_launch(mmq_kernel<TYPE, 4>, a, x, 4, units, 16, 0);
 }
 
 extern "C" int mu_cu_mmq_ok(uint32_t type, int64_t cols) {
