@@ -195,7 +195,7 @@ void cuda_rank_free(cuda_backend *b) {
                    b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
                    b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
                    b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
-                   b->wtmp,   b->d_planes, b->mmq_part, b->mmf_x, b->d_feat, b->d_argmax};
+                   b->wtmp,   b->d_planes, b->mmq_part, b->mmf_x, b->d_feat, b->d_argmax, b->d_tent};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);

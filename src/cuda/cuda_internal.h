@@ -210,6 +210,8 @@ typedef struct cuda_backend {
     int n_cap;
     float *cap_rows;
     mu_tentative tentative;
+    uint8_t *d_tent;      /* the tentative rows on the device, laid out as tentative.rows */
+    size_t d_tent_bytes;
     /* a DFlash drafter's backend (cuda_draft.c): its chunks are non-causal
      * (every row of a block sees the whole block); share: the target's
      * weights while the drafter's upload borrows from them */
