@@ -23,7 +23,11 @@
  *     one-row graph, so a difference is accepted only at a near tie of the
  *     plain run (exact lane: margin < 2e-3; fast lane, f16 GEMMs against
  *     int8 matvecs: margin < 0.1, reported);
- *   tensor parallel (--gpus 1) refuses a drafter with a message.
+ *   tensor parallel (--gpus 1) refuses a drafter with a message;
+ *   the rows' greedy choices on the device (forward_argmax: the drafter's
+ *     guesses and a greedy verify block) equal mu_argmax of the same rows:
+ *     ties inside and across the kernel's slices, NaN, -0 and +0, -inf,
+ *     rows of 1 to 202048 values.
  *
  * Without a GPU (or nvcc at build time) it exits 77 (skipped). */
 #include <math.h>
@@ -39,6 +43,7 @@
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_internal.h"
 #include "engine/engine.h"
+#include "engine/parity.h"
 #include "gguf/gguf.h"
 #include "model/dflash.h"
 #include "tinydraft.h"
@@ -337,6 +342,50 @@ static void test_tp_refuses(muser_model *m, const mu_drafter *d) {
     muser_session_free(s);
 }
 
+/* ---- the rows' greedy choices on the device ------------------------------------------ */
+static void test_rows_argmax(void) {
+    static const int64_t widths[] = {1, 5, 16, 17, 50, 1000, 20011, 202048};
+    enum { T = 16 };
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        const int64_t n = widths[w];
+        float *x = malloc(sizeof(float) * (size_t)(T * n));
+        uint64_t rng = 0xA11CEull + (uint64_t)n;
+        for (int64_t i = 0; i < T * n; i++) x[i] = (float)(tl_rand_u64(&rng) % 4001) * 1e-3f - 2.0f;
+        for (int t = 0; t < T; t++) {
+            float *r = x + t * n;
+            const int64_t a = (int64_t)(tl_rand_u64(&rng) % (uint64_t)n), c = n - 1 - a;
+            switch (t) {
+            case 1: r[a] = 3.0f, r[c] = 3.0f; break;          /* a tie, often across slices: the lower */
+            case 2: r[0] = NAN, r[a] = 3.0f; break;           /* a NaN at 0 stays */
+            case 3: for (int64_t i = 0; i < n; i++) r[i] = NAN; break;
+            case 4: for (int64_t i = 0; i < n; i++) r[i] = -INFINITY; break;
+            case 5: for (int64_t i = 0; i < n; i++) r[i] = -1.0f;
+                r[c] = 0.0f, r[a] = -0.0f; break;           /* -0 == +0: the lower */
+            case 6: r[a] = NAN, r[c] = 2.5f; break;           /* NaN elsewhere never wins */
+            case 7: r[n - 1] = 9.0f; break;                   /* the last value */
+            case 8: r[a] = INFINITY; break;
+            default: break;
+            }
+        }
+        float *dx = NULL;
+        void *part = NULL;
+        int32_t *dids = NULL, ids[T];
+        CHECK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)(T * n)) == cudaSuccess);
+        CHECK(cudaMalloc(&part, sizeof(unsigned long long) * MU_CU_ARGMAX_SPLITS * T) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&dids, sizeof ids) == cudaSuccess);
+        if (dx && part && dids) {
+            CHECK(cudaMemcpy(dx, x, sizeof(float) * (size_t)(T * n), cudaMemcpyHostToDevice) == cudaSuccess);
+            CHECK(mu_cu_rows_argmax(dx, n, T, part, dids, 0) == cudaSuccess);
+            CHECK(cudaMemcpy(ids, dids, sizeof ids, cudaMemcpyDeviceToHost) == cudaSuccess);
+            for (int t = 0; t < T; t++)
+                CHECKF(ids[t] == mu_argmax(x + t * n, (int)n), "rows of %lld, row %d: device %d, mu_argmax %d",
+                       (long long)n, t, ids[t], mu_argmax(x + t * n, (int)n));
+        }
+        cudaFree(dx), cudaFree(part), cudaFree(dids);
+        free(x);
+    }
+}
+
 static void test_fixture(const char *rel, bool local) {
     tl_fixture fx;
     if (!tl_fixture_load(rel, local, &fx)) return;
@@ -364,6 +413,7 @@ int main(void) {
         snprintf(why, sizeof why, "no usable GPU: %s", muser_last_error());
         tl_skip(why);
     }
+    test_rows_argmax();
     test_fixture("fixtures/nano/nano-Q4_K_M", true);
     test_fixture("fixtures/nano/nano-Q8_0", true);
     return tl_finish("cuda_spec");

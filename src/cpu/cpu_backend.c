@@ -19,6 +19,7 @@
 
 #include "cpu/cpu_internal.h"
 #include "cpu/ops.h"
+#include "engine/parity.h"
 #include "model/rope.h"
 #include "util/error.h"
 
@@ -228,6 +229,35 @@ static int cpu_forward(mu_backend *base, const muser_token *tokens, int T, int p
     return 0;
 }
 
+/* A chunk with every row's logits kept here, each row's greedy choice out
+ * (speculative steps: the engine's interface for backends whose logits
+ * live elsewhere; here it saves the engine nothing but runs its path). */
+static int cpu_forward_argmax(mu_backend *base, const muser_token *tokens, int T, int pos0, muser_token *ids) {
+    cpu_backend *b = (cpu_backend *)base;
+    const int V = b->m->hp.n_vocab;
+    if (!mu_model_heads(b->m)) return mu_fail(MUSER_EUNSUPPORTED, "a split's earlier side has no logits");
+    b->kept_rows = 0;
+    if (T > b->kept_cap) {
+        float *l = realloc(b->kept_logits, sizeof(float) * (size_t)T * (size_t)V);
+        if (!l) return mu_fail(MUSER_ENOMEM, "out of memory for logits");
+        b->kept_logits = l;
+        b->kept_cap = T;
+    }
+    int rc = cpu_forward(base, tokens, T, pos0, true, b->kept_logits);
+    if (rc) return rc;
+    for (int t = 0; t < T; t++) ids[t] = mu_argmax(b->kept_logits + (size_t)t * (size_t)V, V);
+    b->kept_rows = T;
+    return 0;
+}
+
+static int cpu_logits_row(mu_backend *base, int t, float *logits) {
+    cpu_backend *b = (cpu_backend *)base;
+    const size_t V = (size_t)b->m->hp.n_vocab;
+    if (t < 0 || t >= b->kept_rows) return mu_fail(MUSER_ERANGE, "logit row %d of %d kept", t, b->kept_rows);
+    memcpy(logits, b->kept_logits + (size_t)t * V, sizeof(float) * V);
+    return 0;
+}
+
 /* ---- batched decode ---------------------------------------------------------
  * One token for each of n sequences: the weights are read once for all n
  * rows (every matmul set runs with T = n on the leader's activations and
@@ -327,6 +357,7 @@ static void cpu_free(mu_backend *base) {
     free(b->planes);
     free(b->arena);
     free(b->batch_logits);
+    free(b->kept_logits);
     mu_pool_free(b->pool);
     mu_tentative_free(&b->tentative);
     free(b);
@@ -393,6 +424,8 @@ static const mu_backend_ops cpu_ops = {.name = "cpu",
                                        .set_capture = mu_cpu_set_capture,
                                        .tentative_begin = mu_cpu_tentative_begin,
                                        .tentative_keep = mu_cpu_tentative_keep,
+                                       .forward_argmax = cpu_forward_argmax,
+                                       .logits_row = cpu_logits_row,
                                        .draft_inject = mu_cpu_draft_inject,
                                        .set_hidden = cpu_set_hidden};
 

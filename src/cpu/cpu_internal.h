@@ -71,6 +71,8 @@ typedef struct cpu_backend {
     uint8_t *xqp;            /* the same rows in the K-quant prefill layout     */
     float *batch_logits;     /* batched decode: [rows][n_vocab], grown on use */
     int batch_logits_rows;
+    float *kept_logits;      /* forward_argmax: [rows][n_vocab] of the last chunk, grown on use */
+    int kept_cap, kept_rows;
     /* speculative decoding (cpu_spec.c)                                     */
     const int *cap_layers;   /* [n_cap] target layers whose inputs are captured */
     int n_cap;

@@ -128,6 +128,72 @@ extern "C" cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale
     return launch_pdl(logits_finish_kernel, dim3(2048), dim3(256), 0, x, logits, n, scale, softcap);
 }
 
+/* ---- each row's greedy choice (speculative steps: no vocabulary rows to the host) ----
+ * mu_argmax's answer (engine/parity.h: the first largest; NaN never wins; a
+ * NaN at 0 stays; -0 == +0) of each of T rows of n floats. MU_CU_ARGMAX_SPLITS
+ * blocks a row each keep the largest key of a slice; one warp a row then
+ * takes the largest of its slices'. A key packs the value's order above the
+ * complement of the index, so the larger key is the larger value, then the
+ * lower index; every value but NaN has a key above 0. */
+#define ARGMAX_THREADS 256
+
+__device__ __forceinline__ bool argmax_nan(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+
+__device__ __forceinline__ unsigned long long argmax_key(float f, uint32_t i) {
+    uint32_t u = __float_as_uint(f);
+    if (argmax_nan(u)) return 0ull;
+    if ((u << 1) == 0u) u = 0u; /* -0 as +0 */
+    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* the float's order as unsigned */
+    return ((unsigned long long)o << 32) | (unsigned long long)(0xFFFFFFFFu - i);
+}
+
+__device__ __forceinline__ unsigned long long argmax_warp(unsigned long long k) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long y = __shfl_down_sync(0xFFFFFFFFu, k, o);
+        k = y > k ? y : k;
+    }
+    return k; /* (lane 0's is the warp's) */
+}
+
+__global__ void __launch_bounds__(ARGMAX_THREADS) argmax_slices_kernel(const float *x, int64_t n,
+                                                                       unsigned long long *part) {
+    const int64_t per = (n + MU_CU_ARGMAX_SPLITS - 1) / MU_CU_ARGMAX_SPLITS, lo = blockIdx.x * per;
+    const int64_t hi = lo + per < n ? lo + per : n;
+    const float *row = x + (int64_t)blockIdx.y * n;
+    unsigned long long best = 0ull;
+#pragma unroll 4
+    for (int64_t i = lo + threadIdx.x; i < hi; i += ARGMAX_THREADS) {
+        const unsigned long long k = argmax_key(row[i], (uint32_t)i);
+        best = k > best ? k : best;
+    }
+    best = argmax_warp(best);
+    __shared__ unsigned long long w[ARGMAX_THREADS / 32];
+    if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < ARGMAX_THREADS / 32; k++) best = w[k] > best ? w[k] : best;
+        part[(int64_t)blockIdx.y * MU_CU_ARGMAX_SPLITS + blockIdx.x] = best;
+    }
+}
+
+__global__ void __launch_bounds__(32) argmax_pick_kernel(const float *x, int64_t n, const unsigned long long *part,
+                                                         int32_t *ids) {
+    const int64_t r = blockIdx.x;
+    const int l = threadIdx.x;
+    const unsigned long long best = argmax_warp(l < MU_CU_ARGMAX_SPLITS ? part[r * MU_CU_ARGMAX_SPLITS + l] : 0ull);
+    if (l == 0)
+        ids[r] = argmax_nan(__float_as_uint(x[r * n])) || best == 0ull ? 0 : (int32_t)(0xFFFFFFFFu - (uint32_t)best);
+}
+
+extern "C" cudaError_t mu_cu_rows_argmax(const float *x, int64_t n, int T, unsigned long long *part, int32_t *ids,
+                                         cudaStream_t s) {
+    if (T < 1 || T > 65535 || n < 1 || n > 0x7FFFFFFFll) return cudaErrorInvalidValue;
+    argmax_slices_kernel<<<dim3(MU_CU_ARGMAX_SPLITS, T), ARGMAX_THREADS, 0, s>>>(x, n, part);
+    argmax_pick_kernel<<<T, 32, 0, s>>>(x, n, part, ids);
+    return cudaGetLastError();
+}
+
 __global__ void fill_random_kernel(void *dst, int64_t n, bool f32, uint64_t seed, float scale) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const uint32_t a = hash32((uint32_t)seed, (uint32_t)(i >> 32), (uint32_t)i);

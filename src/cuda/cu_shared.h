@@ -190,6 +190,13 @@ cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, const mu_cu_exec *x);
 cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, const mu_cu_exec *x);
 /* logits = cap * tanh(scale * logits / cap) over n values. */
 cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float softcap, const mu_cu_exec *x);
+/* ids[t] = the greedy choice of row t of x [T][n] (engine/parity.h's
+ * mu_argmax: the first largest, NaN never wins, a NaN at 0 stays), made
+ * on the device; part: [T][MU_CU_ARGMAX_SPLITS] scratch. No PDL: starts
+ * once the grid before it (the logits' finish) is done. */
+#define MU_CU_ARGMAX_SPLITS 16
+cudaError_t mu_cu_rows_argmax(const float *x, int64_t n, int T, unsigned long long *part, int32_t *ids,
+                              cudaStream_t s);
 /* int8 groups of 16 (fast-lane activations: q [T][n], ds [T][n/16][2]) of
  * T rows of n, n a multiple of 32. */
 cudaError_t mu_cu_quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, const mu_cu_exec *ex);

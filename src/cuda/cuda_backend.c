@@ -82,6 +82,16 @@ int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, si
     return 0;
 }
 
+int cuda_rows_argmax(cuda_backend *b, const float *rows, int T, muser_token *ids) {
+    const size_t keys = sizeof(unsigned long long) * MU_CU_ARGMAX_SPLITS * (size_t)b->T_max;
+    if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "greedy choices of %d rows (batch %d)", T, b->T_max);
+    if (!b->d_argmax) RC(cuda_dalloc(&b->d_argmax, keys + sizeof(int32_t) * (size_t)b->T_max, "the rows' choices"));
+    int32_t *d_ids = (int32_t *)((uint8_t *)b->d_argmax + keys);
+    CU_CHECK(mu_cu_rows_argmax(rows, b->V, T, (unsigned long long *)b->d_argmax, d_ids, b->exec.stream));
+    CU_CHECK(cudaMemcpyAsync(ids, d_ids, sizeof(int32_t) * (size_t)T, cudaMemcpyDeviceToHost, b->exec.stream));
+    return cuda_sync_checked(b);
+}
+
 int cuda_copy_hidden(cuda_backend *b, int T) {
     if (!b->hidden) return mu_fail(MUSER_EINVAL, "cuda: a split's side without its crossing rows (set_hidden)");
     CU_CHECK(cudaMemcpyAsync(b->hidden, b->h, (size_t)T * (size_t)b->E * sizeof(float), cudaMemcpyDeviceToHost,
@@ -109,6 +119,26 @@ static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int 
     RC(cuda_sync_checked(b));
     if (!head) return cuda_copy_hidden(b, T);
     return all_logits ? cuda_copy_logits(b, b->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
+}
+
+/* A chunk whose rows' greedy choices are made where the logits are (a
+ * greedy verify step): T ids cross to the host instead of T x V logits. */
+static int cuda_forward_argmax(mu_backend *base, const muser_token *tokens, int T, int pos0, muser_token *ids) {
+    cuda_backend *b = (cuda_backend *)base;
+    RC(cuda_use_device(b));
+    if (!mu_model_heads(b->m)) return mu_fail(MUSER_EUNSUPPORTED, "cuda: a split's first side has no logits");
+    if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, b->T_max);
+    RC(cuda_fill_records(b, tokens, T, pos0, 0.0f, 0));
+    RC(cuda_prefill_run(b, T, true)); /* (one row too: the chunk path, which keeps every row's logits) */
+    return cuda_rows_argmax(b, b->logits_all, T, ids);
+}
+
+/* Row t of the last forward_argmax's logits. */
+static int cuda_logits_row(mu_backend *base, int t, float *logits) {
+    cuda_backend *b = (cuda_backend *)base;
+    RC(cuda_use_device(b));
+    if (t < 0 || t >= b->logit_rows) return mu_fail(MUSER_ERANGE, "logit row %d of %lld", t, (long long)b->logit_rows);
+    return cuda_copy_logits(b, b->logits_all + (size_t)t * (size_t)b->V, 1, logits, (size_t)b->V);
 }
 
 static int cuda_set_hidden(mu_backend *base, float *rows) {
@@ -165,7 +195,7 @@ void cuda_rank_free(cuda_backend *b) {
                    b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
                    b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
                    b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
-                   b->wtmp,   b->d_planes, b->mmq_part, b->mmf_x, b->d_feat};
+                   b->wtmp,   b->d_planes, b->mmq_part, b->mmf_x, b->d_feat, b->d_argmax, b->d_tent};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -338,6 +368,8 @@ static const mu_backend_ops cuda_ops = {
     .set_capture = cuda_set_capture,
     .tentative_begin = cuda_tentative_begin,
     .tentative_keep = cuda_tentative_keep,
+    .forward_argmax = cuda_forward_argmax,
+    .logits_row = cuda_logits_row,
     .set_hidden = cuda_set_hidden,
 };
 

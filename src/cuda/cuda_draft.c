@@ -46,6 +46,17 @@ static int draft_forward(mu_backend *base, const muser_token *tokens, int T, int
     return all_logits ? cuda_copy_logits(b, b->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
 }
 
+/* The block's greedy guesses where its logits are: T ids cross to the host
+ * instead of T x V logits (and no host scan of them). */
+static int draft_forward_argmax(mu_backend *base, const muser_token *tokens, int T, int pos0, muser_token *ids) {
+    cuda_backend *b = (cuda_backend *)base;
+    RC(cuda_use_device(b));
+    if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "drafter block of %d tokens (batch %d)", T, b->T_max);
+    RC(cuda_fill_records(b, tokens, T, pos0, 0.0f, 0)); /* non-causal spans: b->bidirectional */
+    RC(cuda_prefill_run(b, T, true));
+    return cuda_rows_argmax(b, b->logits_all, T, ids);
+}
+
 /* A drafter's cache only steers its guesses (the target's output never
  * depends on it): when it cannot be cut back to exactly pos (a ring that
  * forgot, or a target that moved on without it), it restarts empty at pos
@@ -115,6 +126,7 @@ static const char *draft_describe(mu_backend *base) { return ((cuda_backend *)ba
 static const mu_backend_ops cuda_draft_ops = {
     .name = "cuda",
     .forward = draft_forward,
+    .forward_argmax = draft_forward_argmax,
     .truncate = draft_truncate,
     .reset = cuda_reset,
     .free = draft_free,

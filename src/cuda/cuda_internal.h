@@ -181,6 +181,8 @@ typedef struct cuda_backend {
     int64_t logit_rows;
     float *h_logits;      /* [V] pinned host copy                                  */
     unsigned long long *d_best, *h_best; /* the device's token choice: packed (key, ~index) */
+    void *d_argmax;       /* forward_argmax: [T_max][MU_CU_ARGMAX_SPLITS] u64 slice keys, then [T_max] int32
+                             choices (allocated on first use)                        */
     unsigned int *counters; /* [2 L] RESNORM launches' last-block counters (zero between launches) */
     void *wtmp;           /* dequantized weight tiles for GEMMs without the f16 cache */
     size_t wtmp_bytes;
@@ -208,6 +210,8 @@ typedef struct cuda_backend {
     int n_cap;
     float *cap_rows;
     mu_tentative tentative;
+    uint8_t *d_tent;      /* the tentative rows on the device, laid out as tentative.rows */
+    size_t d_tent_bytes;
     /* a DFlash drafter's backend (cuda_draft.c): its chunks are non-causal
      * (every row of a block sees the whole block); share: the target's
      * weights while the drafter's upload borrows from them */
@@ -230,6 +234,9 @@ void cuda_rank_free(cuda_backend *b);
 int cuda_use_device(const cuda_backend *b);
 int cuda_sync_checked(cuda_backend *b);
 int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, size_t dst_stride);
+/* ids[t] = the greedy choice of logit row t of rows [T][V] (mu_argmax's),
+ * chosen on the device: only the T ids cross to the host. Synchronizes. */
+int cuda_rows_argmax(cuda_backend *b, const float *rows, int T, muser_token *ids);
 /* A split's first side: the residual stream of the chunk's T rows (h) into
  * the host rows set_hidden gave. */
 int cuda_copy_hidden(cuda_backend *b, int T);

@@ -7,6 +7,13 @@
 
 #include "cuda/cuda_internal.h"
 
+/* Whether the GEMM reads w's rows where they are: f16 copies, F16 rows in
+ * the fast lane, F32 rows in the exact one (the device keeps float rows as
+ * they are: dequantizing them would only copy them, the same values). */
+static bool rows_in_place(const cuda_backend *b, const mu_cu_weight *w) {
+    return b->fast ? (w->f16 || w->type == MU_TYPE_F16) : w->type == MU_TYPE_F32;
+}
+
 /* Y[T][ldy] (columns r0 .. r0+nrows) = A[T][cols] . W[r0 .. r0+nrows)^T */
 static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrows, const void *A, float *Y, int64_t ldy,
                 int T) {
@@ -16,6 +23,8 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
         const void *W;
         if (w->f16) {
             W = w->f16 + r0 * cols;
+        } else if (w->type == MU_TYPE_F16) { /* (a drafter's 16-bit matrices: no per-pass copy) */
+            W = (const uint16_t *)w->qs + r0 * cols;
         } else {
             CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, true, b->exec.stream));
             W = b->wtmp;
@@ -24,8 +33,12 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
                                 (int)cols, A, CUDA_R_16F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
     } else {
-        CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, false, b->exec.stream));
-        BLAS_CHECK(b->cublas->gemm_ex(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, b->wtmp, CUDA_R_32F,
+        const void *W = (const float *)w->qs + r0 * cols;
+        if (w->type != MU_TYPE_F32) {
+            CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, false, b->exec.stream));
+            W = b->wtmp;
+        }
+        BLAS_CHECK(b->cublas->gemm_ex(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, W, CUDA_R_32F,
                                 (int)cols, A, CUDA_R_32F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy,
                                 CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
     }
@@ -55,7 +68,7 @@ int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *
         return 0;
     }
     const size_t elem = b->fast ? 2 : 4;
-    int64_t tile = (b->fast && w->f16) ? w->rows : (int64_t)(b->wtmp_bytes / ((size_t)w->cols * elem));
+    int64_t tile = rows_in_place(b, w) ? w->rows : (int64_t)(b->wtmp_bytes / ((size_t)w->cols * elem));
     if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");
     for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
         int64_t n = w->rows - r0 < tile ? w->rows - r0 : tile;

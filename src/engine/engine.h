@@ -93,6 +93,14 @@ typedef struct mu_backend_ops {
      * appending only n_keep positions would have made (engine/tentative.c). */
     int (*tentative_begin)(mu_backend *b, int n);
     int (*tentative_keep)(mu_backend *b, int n_keep);
+    /* forward_argmax (optional; NULL: forward, and the host scans the rows):
+     * forward with every row's logits, which stay with the backend (a GPU
+     * copies no vocabulary rows back); ids[t] receives row t's greedy
+     * choice, mu_argmax's answer (the first largest; engine/parity.h).
+     * logits_row then copies row t of those logits ([n_vocab]), until the
+     * next forward of any kind. */
+    int (*forward_argmax)(mu_backend *b, const muser_token *tokens, int n, int pos0, muser_token *ids);
+    int (*logits_row)(mu_backend *b, int t, float *logits);
     /* Drafter backends only (opened on a DFlash drafter, backends.h): their
      * forward is non-causal inside the chunk (every token of the block sees
      * every other), and draft_inject appends the K/V rows made from n rows

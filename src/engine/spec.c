@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backends.h"
+#include "engine/parity.h"
 #include "engine/session_internal.h"
 #include "model/dflash.h"
 #include "sample/sample.h"
@@ -34,8 +35,9 @@ typedef struct mu_spec {
     int draft_max;            /* tokens drafted per step                                    */
     int pos;                  /* positions whose hidden states the drafter's cache holds  */
     float *features;          /* [n_batch][n_target_layers][n_embd] the target's captured rows */
-    float *draft_logits;      /* [draft_max + 1][drafter head rows]                        */
+    float *draft_logits;      /* [draft_max + 1][drafter head rows] (a drafter without forward_argmax) */
     muser_token *block;       /* [draft_max + 1] the block fed to the drafter, then the target */
+    muser_token *ids;         /* [draft_max + 1] the rows' greedy choices (forward_argmax)   */
     mu_draft_override_fn override; /* tests: proposals instead of the drafter's, or NULL */
     void *override_ctx;
     muser_spec_stats stats;
@@ -47,6 +49,7 @@ void mu_spec_free(mu_spec *sp) {
     free(sp->features);
     free(sp->draft_logits);
     free(sp->block);
+    free(sp->ids);
     free(sp);
 }
 
@@ -107,7 +110,9 @@ int muser_session_set_drafter(muser_session *s, const muser_drafter *d, int draf
         sp->features = malloc(sizeof(float) * (size_t)s->cfg.n_batch * (size_t)d->n_target_layers * E);
         sp->draft_logits = malloc(sizeof(float) * (size_t)(draft_max + 1) * (size_t)d->m.hp.n_vocab);
         sp->block = malloc(sizeof(muser_token) * (size_t)(draft_max + 1));
-        if (!sp->features || !sp->draft_logits || !sp->block) rc = mu_fail(MUSER_ENOMEM, "out of memory for the drafter");
+        sp->ids = malloc(sizeof(muser_token) * (size_t)(draft_max + 1));
+        if (!sp->features || !sp->draft_logits || !sp->block || !sp->ids)
+            rc = mu_fail(MUSER_ENOMEM, "out of memory for the drafter");
     }
     if (!rc) rc = ops->set_capture(s->backend, d->target_layers, d->n_target_layers, sp->features);
     if (rc) {
@@ -162,13 +167,6 @@ int mu_spec_fill_kv(muser_session *s, int depth, uint64_t seed) {
     return sp->draft->ops->fill_kv(sp->draft, depth, seed ^ 0xD1A5ull);
 }
 
-static muser_token argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* n guesses for positions P+1 .. P+n after last (at P). */
 static int draft_block(muser_session *s, muser_token last, int n, muser_token *drafts) {
     mu_spec *sp = s->spec;
@@ -178,16 +176,18 @@ static int draft_block(muser_session *s, muser_token last, int n, muser_token *d
     const int V = d->m.hp.n_vocab;
     sp->block[0] = last;
     for (int i = 1; i <= n; i++) sp->block[i] = d->mask_token;
+    const mu_backend_ops *ops = sp->draft->ops;
     const double t0 = mu_now_seconds();
-    int rc = sp->draft->ops->forward(sp->draft, sp->block, n + 1, P, true, sp->draft_logits);
-    sp->draft->ops->truncate(sp->draft, P); /* the block's own K/V rows go */
-    sp->stats.draft_seconds += mu_now_seconds() - t0;
-    if (rc) return rc;
-    for (int i = 1; i <= n; i++) {
-        const muser_token a = argmax(sp->draft_logits + (size_t)i * V, V);
+    /* the rows' choices where the logits are, when the backend can */
+    int rc = ops->forward_argmax ? ops->forward_argmax(sp->draft, sp->block, n + 1, P, sp->ids)
+                                 : ops->forward(sp->draft, sp->block, n + 1, P, true, sp->draft_logits);
+    ops->truncate(sp->draft, P); /* the block's own K/V rows go */
+    for (int i = 1; i <= n && !rc; i++) {
+        const muser_token a = ops->forward_argmax ? sp->ids[i] : mu_argmax(sp->draft_logits + (size_t)i * V, V);
         drafts[i - 1] = d->d2t ? d->d2t[a] : a;
     }
-    return 0;
+    sp->stats.draft_seconds += mu_now_seconds() - t0;
+    return rc;
 }
 
 /* A plain step: feed last, choose the next token. */
@@ -195,7 +195,7 @@ static int plain_step(muser_session *s, muser_token last, muser_sampler *smp, mu
     int rc = muser_session_feed(s, &last, 1, false);
     if (rc) return rc;
     const float *l = muser_session_logits(s);
-    out[0] = smp ? muser_sampler_sample(smp, l) : argmax(l, s->model->hp.n_vocab);
+    out[0] = smp ? muser_sampler_sample(smp, l) : mu_argmax(l, s->model->hp.n_vocab);
     *n_out = 1;
     return 0;
 }
@@ -226,10 +226,13 @@ int muser_session_spec_step(muser_session *s, muser_token last, muser_sampler *s
     sp->block[0] = last;
     memcpy(sp->block + 1, drafts, sizeof(muser_token) * (size_t)n);
     const mu_backend_ops *ops = s->backend->ops;
+    /* greedy: the rows' choices where the logits are, when the backend can */
+    const bool chosen = !smp && ops->forward_argmax && ops->logits_row;
     const double t0 = mu_now_seconds();
     rc = ops->tentative_begin(s->backend, n + 1);
     if (!rc) {
-        rc = ops->forward(s->backend, sp->block, n + 1, P, true, s->logits);
+        rc = chosen ? ops->forward_argmax(s->backend, sp->block, n + 1, P, sp->ids)
+                    : ops->forward(s->backend, sp->block, n + 1, P, true, s->logits);
         if (rc) ops->tentative_keep(s->backend, 0);
     }
     s->logit_rows = 0;
@@ -238,13 +241,24 @@ int muser_session_spec_step(muser_session *s, muser_token last, muser_sampler *s
     /* commit the longest agreeing prefix and the target's own token */
     int k = 0;
     muser_token next;
-    for (;; k++) {
-        const float *row = s->logits + (size_t)k * V;
-        bool agrees = false;
-        if (k == n) next = smp ? muser_sampler_sample(smp, row) : argmax(row, V);
-        else if (smp) next = mu_sampler_verify(smp, row, drafts[k], &agrees);
-        else agrees = (next = argmax(row, V)) == drafts[k];
-        if (!agrees) break;
+    if (chosen) {
+        while (k < n && sp->ids[k] == drafts[k]) k++;
+        next = sp->ids[k];
+        rc = ops->logits_row(s->backend, k, s->logits); /* the session's logits: row k's, as below */
+        if (rc) {
+            ops->tentative_keep(s->backend, 0);
+            return rc;
+        }
+    } else {
+        for (;; k++) {
+            const float *row = s->logits + (size_t)k * V;
+            bool agrees = false;
+            if (k == n) next = smp ? muser_sampler_sample(smp, row) : mu_argmax(row, V);
+            else if (smp) next = mu_sampler_verify(smp, row, drafts[k], &agrees);
+            else agrees = (next = mu_argmax(row, V)) == drafts[k];
+            if (!agrees) break;
+        }
+        memmove(s->logits, s->logits + (size_t)k * V, sizeof(float) * (size_t)V);
     }
     rc = ops->tentative_keep(s->backend, k + 1);
     sp->stats.verify_seconds += mu_now_seconds() - t0;
@@ -256,7 +270,6 @@ int muser_session_spec_step(muser_session *s, muser_token last, muser_sampler *s
     }
     memcpy(s->history + P, sp->block, sizeof(muser_token) * (size_t)(k + 1));
     s->pos = P + k + 1;
-    memmove(s->logits, s->logits + (size_t)k * V, sizeof(float) * (size_t)V);
     s->logit_rows = 1;
     out[k] = next;
     *n_out = k + 1;
