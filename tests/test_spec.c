@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/parity.h"
 #include "gguf/gguf.h"
 #include "model/dflash.h"
 #include "muser.h"
@@ -413,7 +414,39 @@ static void test_bad_calls(const muser_model *m, const muser_drafter *d) {
     muser_session_free(s);
 }
 
+/* mu_argmax (the step's greedy choice, two passes) answers as the plain
+ * scan: the first largest, NaN never wins, a NaN at 0 stays, -0 == +0. */
+static void test_argmax(void) {
+    uint64_t x = 0xA5A5ull;
+    int bad = 0;
+    for (int t = 0; t < 100000 && !bad; t++) {
+        float y[45];
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const int n = 1 + (int)((x >> 33) % 45);
+        for (int i = 0; i < n; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const int r = (int)((x >> 33) % 12);
+            y[i] = r == 0 ? NAN : r == 1 ? -0.0f : r == 2 ? 0.0f : r == 3 ? -INFINITY : r == 4 ? INFINITY
+                                                                                          : (float)(r % 5) - 2.0f;
+        }
+        bad = mu_argmax(y, n) != argmax(y, n);
+        CHECKF(!bad, "case %d: mu_argmax %d, the scan %d (n %d)", t, mu_argmax(y, n), argmax(y, n), n);
+    }
+    enum { V = 202048 };
+    float *row = malloc(sizeof(float) * V);
+    if (!row) return;
+    for (int i = 0; i < V; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        row[i] = (float)((x >> 40) % 20000) * 1e-3f - 10.0f;
+    }
+    CHECK(mu_argmax(row, V) == argmax(row, V));
+    row[V - 3] = 11.0f, row[V - 2] = 11.0f;
+    CHECK(mu_argmax(row, V) == V - 3 && argmax(row, V) == V - 3);
+    free(row);
+}
+
 int main(void) {
+    test_argmax();
     muser_model *m = load_target();
     if (!m) return tl_finish("spec");
     td_opts o = td_defaults();

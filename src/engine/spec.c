@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backends.h"
+#include "engine/parity.h"
 #include "engine/session_internal.h"
 #include "model/dflash.h"
 #include "sample/sample.h"
@@ -162,13 +163,6 @@ int mu_spec_fill_kv(muser_session *s, int depth, uint64_t seed) {
     return sp->draft->ops->fill_kv(sp->draft, depth, seed ^ 0xD1A5ull);
 }
 
-static muser_token argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* n guesses for positions P+1 .. P+n after last (at P). */
 static int draft_block(muser_session *s, muser_token last, int n, muser_token *drafts) {
     mu_spec *sp = s->spec;
@@ -184,7 +178,7 @@ static int draft_block(muser_session *s, muser_token last, int n, muser_token *d
     sp->stats.draft_seconds += mu_now_seconds() - t0;
     if (rc) return rc;
     for (int i = 1; i <= n; i++) {
-        const muser_token a = argmax(sp->draft_logits + (size_t)i * V, V);
+        const muser_token a = mu_argmax(sp->draft_logits + (size_t)i * V, V);
         drafts[i - 1] = d->d2t ? d->d2t[a] : a;
     }
     return 0;
@@ -195,7 +189,7 @@ static int plain_step(muser_session *s, muser_token last, muser_sampler *smp, mu
     int rc = muser_session_feed(s, &last, 1, false);
     if (rc) return rc;
     const float *l = muser_session_logits(s);
-    out[0] = smp ? muser_sampler_sample(smp, l) : argmax(l, s->model->hp.n_vocab);
+    out[0] = smp ? muser_sampler_sample(smp, l) : mu_argmax(l, s->model->hp.n_vocab);
     *n_out = 1;
     return 0;
 }
@@ -241,9 +235,9 @@ int muser_session_spec_step(muser_session *s, muser_token last, muser_sampler *s
     for (;; k++) {
         const float *row = s->logits + (size_t)k * V;
         bool agrees = false;
-        if (k == n) next = smp ? muser_sampler_sample(smp, row) : argmax(row, V);
+        if (k == n) next = smp ? muser_sampler_sample(smp, row) : mu_argmax(row, V);
         else if (smp) next = mu_sampler_verify(smp, row, drafts[k], &agrees);
-        else agrees = (next = argmax(row, V)) == drafts[k];
+        else agrees = (next = mu_argmax(row, V)) == drafts[k];
         if (!agrees) break;
     }
     rc = ops->tentative_keep(s->backend, k + 1);
