@@ -384,7 +384,8 @@ static void usage(FILE *out) {
                  "  %-28s 30b (52, 6656: Muse Glimmer 30B's)\n"
                  "  %-28s the output file (required)\n"
                  "  %-28s f32 f16 bf16 q8_0 ... q4_k_m ..., every TYPE and mix of muser quantize,\n"
-                 "  %-28s or meta-17gb: Meta's official 17 GB mix (default: f32)\n"
+                 "  %-28s or meta-17gb: Meta's official 17 GB mix (default: f32; f16 for the\n"
+                 "  %-28s 30b drafter, whose 2.56 B weights Meta ships in 16 bits: 5.1 GB)\n"
                  "  %-28s layer count (default: the preset's)\n"
                  "  %-28s the trained context written in the file (default: the preset's:\n"
                  "  %-28s nano 1024, micro 2048, 30b 131072)\n"
@@ -394,12 +395,12 @@ static void usage(FILE *out) {
                  "  %-28s write a DFlash drafter for the preset instead (30b: the geometry of Meta's\n"
                  "  %-28s Muse-Glimmer-30B-assistant; nano, micro: small ones for those models);\n"
                  "  %-28s --layers then gives the target's layer count, over which its reads spread\n",
-            "--preset NAME", "", "-o, --output FILE", "--mix MIX", "", "--layers N", "--ctx N", "", "--seed S",
+            "--preset NAME", "", "-o, --output FILE", "--mix MIX", "", "", "--layers N", "--ctx N", "", "--seed S",
             "--vocab VOCAB.gguf", "-t, --threads N", mu_cpu_count(), "--draft", "", "");
 }
 
 int cmd_synth(int argc, char **argv) {
-    const char *preset_name = NULL, *mix_name = "f32", *out_path = NULL, *vocab_path = NULL;
+    const char *preset_name = NULL, *mix_name = NULL, *out_path = NULL, *vocab_path = NULL;
     int layers = 0, threads = 0, ctx = 0;
     bool draft = false;
     uint64_t seed = 1;
@@ -441,6 +442,9 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "muser synth: unknown preset '%s' (nano, micro, 30b)\n", preset_name);
         return 2;
     }
+    /* Meta's drafter (Muse-Glimmer-30B-assistant) is a 16-bit file of 5.1 GB: its
+     * geometry in f32 would be twice that, and twice the bytes a draft reads */
+    if (!mix_name) mix_name = draft && !strcmp(pr->name, "30b") ? "f16" : "f32";
     int mix = mu_mix_from_name(mix_name);
     if (mix < 0) {
         fprintf(stderr, "muser synth: unknown mix '%s'\n", mix_name);
