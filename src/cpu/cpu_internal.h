@@ -67,6 +67,7 @@ typedef struct cpu_backend {
     float *part_o;           /* [threads][n_head][head_dim] partial values    */
     float *attn_scratch;     /* [threads][ATTN_SCRATCH] K, V blocks and scores */
     size_t attn_scratch_floats;
+    int attn_tile;           /* tests: tokens per prefill attention tile (0: chosen per chunk) */
     uint8_t *xq;             /* fast lane: [T] quantized input rows (kernels.h) */
     uint8_t *xqp;            /* the same rows in the K-quant prefill layout     */
     float *batch_logits;     /* batched decode: [rows][n_vocab], grown on use */
