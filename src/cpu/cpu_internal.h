@@ -65,8 +65,9 @@ typedef struct cpu_backend {
     int slots_pos0;          /* position of token 0 of the chunk              */
     float *part_m, *part_s;  /* [threads][n_head] split-K partial max and sum */
     float *part_o;           /* [threads][n_head][head_dim] partial values    */
-    float *attn_scratch;     /* [threads][ATTN_SCRATCH] K, V blocks and scores */
+    float *attn_scratch;     /* [threads][attn_scratch_floats] K, V rows, scores, a prefill tile's triples */
     size_t attn_scratch_floats;
+    int attn_tile;           /* tests: tokens per prefill attention tile (0: chosen per chunk) */
     uint8_t *xq;             /* fast lane: [T] quantized input rows (kernels.h) */
     uint8_t *xqp;            /* the same rows in the K-quant prefill layout     */
     float *batch_logits;     /* batched decode: [rows][n_vocab], grown on use */

@@ -2,6 +2,8 @@ muser_c_test(gguf LABELS unit)
 muser_c_test(parity LABELS parity TIMEOUT 1800 SOURCES tests/fixture.c)
 muser_c_test(model LABELS unit SOURCES tests/tinymodel.c)
 muser_c_test(kv LABELS unit)
+# Prefill attention tiles: every token bit for bit its decode step (cpu_attn.c).
+muser_c_test(attn LABELS unit SOURCES tests/fixture.c tests/tinymodel.c)
 muser_sh_test(core LABELS cli)
 muser_c_test(sample LABELS unit)
 muser_sh_test(run LABELS cli)
