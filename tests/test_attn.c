@@ -114,13 +114,8 @@ static void test_model(const muser_model *m, int n_ctx, const char *name) {
 int main(void) {
     /* window 8, two KV heads of head_dim 16, context 128 */
     tm_opts o = tm_defaults();
-    size_t size;
-    uint8_t *buf = tm_build(&o, &size);
-    const char *path = tm_write_temp(buf, size, "attn-tiny");
-    free(buf);
-    muser_model *tiny = NULL;
-    CHECK(muser_model_load(path, &tiny) == 0);
-    remove(path);
+    muser_model *tiny = tm_load(&o, "attn-tiny");
+    CHECK(tiny != NULL);
     if (tiny) test_model(tiny, 128, "tiny (window 8)");
     muser_model_free(tiny);
     /* the nano fixture: window 32, one KV head of head_dim 128 */

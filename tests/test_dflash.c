@@ -20,13 +20,8 @@
 
 static muser_model *target_model(const char *tag) {
     tm_opts o = tm_defaults();
-    size_t size;
-    uint8_t *buf = tm_build(&o, &size);
-    const char *path = tm_write_temp(buf, size, tag);
-    free(buf);
-    muser_model *m = NULL;
-    CHECK(muser_model_load(path, &m) == 0);
-    remove(path);
+    muser_model *m = tm_load(&o, tag);
+    CHECK(m != NULL);
     return m;
 }
 

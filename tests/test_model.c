@@ -234,12 +234,8 @@ static void engine_vs_ref(tm_opts o, const char *tag) {
  * re-prefill; the logits equal a fresh session's bit for bit. */
 static void test_sync_and_checkpoints(void) {
     tm_opts o = tm_defaults();
-    size_t size;
-    uint8_t *buf = tm_build(&o, &size);
-    const char *path = tm_write_temp(buf, size, "ckpt");
-    free(buf);
-    muser_model *m = NULL;
-    CHECK(muser_model_load(path, &m) == 0);
+    muser_model *m = tm_load(&o, "ckpt");
+    CHECK(m != NULL);
     muser_session_params sp = muser_session_default_params();
     sp.backend = MUSER_BACKEND_CPU;
     sp.n_ctx = 64, sp.n_batch = 5, sp.n_threads = 1; /* rings of 8 + 4 rows */
@@ -296,7 +292,6 @@ static void test_sync_and_checkpoints(void) {
     muser_session_free(s);
     muser_session_free(fresh);
     muser_model_free(m);
-    unlink(path);
 }
 
 int main(void) {

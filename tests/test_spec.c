@@ -24,13 +24,8 @@ enum { PROMPT = 11, GEN = 90, MAXLEN = PROMPT + GEN + 16 };
 
 static muser_model *load_target(void) {
     tm_opts o = tm_defaults(); /* window 8, context 128, vocab 50 */
-    size_t size;
-    uint8_t *buf = tm_build(&o, &size);
-    const char *path = tm_write_temp(buf, size, "spec-target");
-    free(buf);
-    muser_model *m = NULL;
-    CHECK(muser_model_load(path, &m) == 0);
-    remove(path);
+    muser_model *m = tm_load(&o, "spec-target");
+    CHECK(m != NULL);
     return m;
 }
 

@@ -99,12 +99,8 @@ static void test_sliced_math(void) {
     tm_opts o = tm_defaults();
     o.n_embd = 256, o.n_head = 4, o.n_head_kv = 2, o.head_dim = 128, o.n_ff = 768, o.vocab = 64;
     o.weight_type = MU_TYPE_Q4_K;
-    size_t size;
-    uint8_t *buf = tm_build(&o, &size);
-    const char *path = tm_write_temp(buf, size, "tp");
-    free(buf);
-    muser_model *mm = NULL;
-    CHECK(muser_model_load(path, &mm) == 0);
+    muser_model *mm = tm_load(&o, "tp");
+    CHECK(mm != NULL);
     const mu_model *m = mm;
     const mu_cpu_kernels *k = mu_cpu_kernels_scalar();
     mu_tp_shard sh[2];
@@ -147,7 +143,6 @@ static void test_sliced_math(void) {
         CHECK(memcmp(part, full + sh[r].ff0, sizeof(float) * (size_t)sh[r].n_ff) == 0);
     }
     muser_model_free(mm);
-    unlink(path);
 }
 
 int main(void) {

@@ -8,6 +8,7 @@
 
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "muser.h"
 #include "testlib.h"
 
 tm_opts tm_defaults(void) {
@@ -223,4 +224,15 @@ const char *tm_write_temp(const uint8_t *buf, size_t size, const char *tag) {
     fwrite(buf, 1, size, f);
     fclose(f);
     return path;
+}
+
+muser_model *tm_load(const tm_opts *o, const char *tag) {
+    size_t size = 0;
+    uint8_t *buf = tm_build(o, &size);
+    const char *path = buf ? tm_write_temp(buf, size, tag) : NULL;
+    free(buf);
+    muser_model *m = NULL;
+    if (path && muser_model_load(path, &m) != 0) m = NULL;
+    if (path) remove(path);
+    return m;
 }

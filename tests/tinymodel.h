@@ -30,5 +30,8 @@ tm_opts tm_defaults(void);
 uint8_t *tm_build(const tm_opts *o, size_t *size);
 /* Writes the image to a temporary file; returns its path (static buffer). */
 const char *tm_write_temp(const uint8_t *buf, size_t size, const char *tag);
+/* Builds o's model, loads it from a temporary file (removed after) and
+ * returns it; NULL when that fails (muser_last_error says why). */
+struct muser_model *tm_load(const tm_opts *o, const char *tag);
 
 #endif
