@@ -292,11 +292,40 @@ static void test_sizes(void) {
     }
 }
 
+/* --parallel 16 -c 4096: the first session uploads the weights and makes
+ * the work buffers; the 15 others share both and add their KV caches, their
+ * one-row buffers and graphs. The issue's bound: file + 16 x KV + 3 GB. */
+static void test_parallel_sessions(void) {
+    mu_gpu_plan_in in = glimmer_30b(4096, 80 * GIB);
+    in.prefill_cache = 0;
+    mu_gpu_plan first, later;
+    mu_gpu_plan_make(&in, &first);
+    CHECK(!first.work_shared && first.work > 0 && first.work < first.total);
+    mu_gpu_plan_in l = in;
+    l.weight_bytes = l.norm_bytes = 0, l.work_shared = true;
+    mu_gpu_plan_make(&l, &later);
+    char line[320];
+    mu_gpu_plan_format(&later, line, sizeof line);
+    printf("30B meta mix, -c 4096, a later session of --parallel: %s\n", line);
+    CHECK(later.work_shared && later.work == 0 && later.logits == 0 && later.wtmp == first.wtmp);
+    CHECKF(later.kv == first.kv, "KV %llu vs %llu", (unsigned long long)later.kv, (unsigned long long)first.kv);
+    /* what a later session holds is what the first holds beyond the weights and the work it carries */
+    CHECKF(first.total - first.weights - first.work == later.total, "%llu vs %llu",
+           (unsigned long long)(first.total - first.weights - first.work), (unsigned long long)later.total);
+    CHECKF(later.buffers < (16u << 20) && later.reserve < (64u << 20), "a later session's own buffers %.1f MiB",
+           later.buffers / 1048576.0);
+    const uint64_t all16 = first.total + 15 * later.total, bound = in.weight_bytes + 16 * first.kv + 3 * GIB;
+    printf("--parallel 16 -c 4096: %.2f GiB (bound %.2f)\n", all16 / (double)GIB, bound / (double)GIB);
+    CHECKF(all16 <= bound, "--parallel 16 holds %.2f GiB, more than file + 16 x KV + 3 GiB = %.2f",
+           all16 / (double)GIB, bound / (double)GIB);
+}
+
 int main(void) {
     test_glimmer_caps();
     test_arithmetic();
     test_layers_30b();
     test_layers_model();
     test_sizes();
+    test_parallel_sessions();
     return tl_finish("gpu_plan");
 }

@@ -94,7 +94,7 @@ int cuda_rows_argmax(cuda_backend *b, const float *rows, int T, muser_token *ids
 
 int cuda_copy_hidden(cuda_backend *b, int T) {
     if (!b->hidden) return mu_fail(MUSER_EINVAL, "cuda: a split's side without its crossing rows (set_hidden)");
-    CU_CHECK(cudaMemcpyAsync(b->hidden, b->h, (size_t)T * (size_t)b->E * sizeof(float), cudaMemcpyDeviceToHost,
+    CU_CHECK(cudaMemcpyAsync(b->hidden, b->wk->h, (size_t)T * (size_t)b->E * sizeof(float), cudaMemcpyDeviceToHost,
                              b->exec.stream));
     CU_CHECK(cudaStreamSynchronize(b->exec.stream));
     return 0;
@@ -118,7 +118,7 @@ static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int 
     RC(cuda_prefill_run(b, T, all_logits));
     RC(cuda_sync_checked(b));
     if (!head) return cuda_copy_hidden(b, T);
-    return all_logits ? cuda_copy_logits(b, b->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
+    return all_logits ? cuda_copy_logits(b, b->wk->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
 }
 
 /* A chunk whose rows' greedy choices are made where the logits are (a
@@ -130,15 +130,15 @@ static int cuda_forward_argmax(mu_backend *base, const muser_token *tokens, int 
     if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "chunk of %d tokens (batch %d)", T, b->T_max);
     RC(cuda_fill_records(b, tokens, T, pos0, 0.0f, 0));
     RC(cuda_prefill_run(b, T, true)); /* (one row too: the chunk path, which keeps every row's logits) */
-    return cuda_rows_argmax(b, b->logits_all, T, ids);
+    return cuda_rows_argmax(b, b->wk->logits_all, T, ids);
 }
 
 /* Row t of the last forward_argmax's logits. */
 static int cuda_logits_row(mu_backend *base, int t, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
     RC(cuda_use_device(b));
-    if (t < 0 || t >= b->logit_rows) return mu_fail(MUSER_ERANGE, "logit row %d of %lld", t, (long long)b->logit_rows);
-    return cuda_copy_logits(b, b->logits_all + (size_t)t * (size_t)b->V, 1, logits, (size_t)b->V);
+    if (t < 0 || t >= b->wk->logit_rows) return mu_fail(MUSER_ERANGE, "logit row %d of %lld", t, (long long)b->wk->logit_rows);
+    return cuda_copy_logits(b, b->wk->logits_all + (size_t)t * (size_t)b->V, 1, logits, (size_t)b->V);
 }
 
 static int cuda_set_hidden(mu_backend *base, float *rows) {
@@ -180,7 +180,6 @@ void cuda_rank_free(cuda_backend *b) {
     if (b->exec.stream) cudaStreamSynchronize(b->exec.stream);
     for (int r = 0; r < N_ROUTES; r++)
         if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
-    cuda_weights_close(b->w); /* (shared weights go with their last session) */
     if (b->prof) {
         for (int i = 0; i < PROF_MAX_EV; i++)
             if (b->prof->ev[i]) cudaEventDestroy(b->prof->ev[i]);
@@ -191,11 +190,8 @@ void cuda_rank_free(cuda_backend *b) {
             cudaFree(b->kc[l]);
             cudaFree(b->vc[l]);
         }
-    void *dev[] = {b->d_rec,  b->h,      b->h2,     b->ax,     b->aq,     b->ads,       b->ax2,       b->aq2,
-                   b->ads2,   b->q,      b->g,      b->k,      b->v,      b->qn,        b->o,         b->oq,
-                   b->ods,    b->bq,     b->bds,    b->t,      b->ff,     b->fu,        b->a16,       b->o16,
-                   b->f16b,   b->part_m, b->part_l, b->part_o, b->logits, b->logits_all, b->d_best, b->counters,
-                   b->wtmp,   b->d_planes, b->mmq_part, b->mmf_x, b->d_feat, b->d_argmax, b->d_tent};
+    void *dev[] = {b->d_rec,  b->h2,      b->ax2,    b->aq2,     b->ads2,     b->oq,      b->ods,  b->logits,
+                   b->d_best, b->counters, b->d_planes, b->d_feat, b->d_argmax, b->d_tent};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -204,8 +200,8 @@ void cuda_rank_free(cuda_backend *b) {
     if (b->h_logits) cudaFreeHost(b->h_logits);
     if (b->h_feat) cudaFreeHost(b->h_feat);
     mu_tentative_free(&b->tentative);
-    if (b->blas) b->cublas->destroy(b->blas);
-    if (b->exec.stream) cudaStreamDestroy(b->exec.stream);
+    cuda_work_release(b);     /* (with its stream and cuBLAS handle, by the last of its sessions) */
+    cuda_weights_close(b->w); /* (shared weights go with their last session) */
     cuda_ledger_release(b->device, b->held_bytes + b->weights_held);
     free(b->planes);
     free(b->kc);
@@ -496,44 +492,18 @@ static void describe(cuda_backend *b, const struct cudaDeviceProp *prop) {
              b->plan.buffers / 1e9, b->plan.logits / 1e9, tune);
 }
 
-static int alloc_activations(cuda_backend *b, int64_t parts) {
+/* The session's own buffers (the chunk-sized ones are its work's: cuda_work.c). */
+static int alloc_activations(cuda_backend *b) {
     const uint64_t T = (uint64_t)b->T_max, L = (uint64_t)b->m->hp.n_layer;
-    const uint64_t T8 = T > 8 ? T : 8; /* decode: up to 8 partial sums of the split ffn down */
-    const uint64_t Tp = T > MU_CU_BATCH_PARTS_MAX ? T : MU_CU_BATCH_PARTS_MAX; /* decode: q, k, v, gate in parts */
-    const uint64_t QF = (uint64_t)(b->Q > b->F ? b->Q : b->F);
     int rc = 0;
 #define DA(ptr, n, sz) \
     if (!rc) rc = cuda_dalloc((void **)&b->ptr, (size_t)(n) * (sz), "activations")
-    DA(h, T * b->E, 4);
     DA(h2, b->E, 4);
-    DA(ax, T * b->E, 4);
-    DA(aq, T * b->E, 1);
-    DA(ads, T * b->E / 8, 4);
     DA(ax2, b->E, 4);
     DA(aq2, b->E, 1);
     DA(ads2, b->E / 8, 4);
-    DA(q, Tp * b->Q, 4);
-    DA(g, Tp * b->Q, 4);
-    DA(k, Tp * b->KVD, 4);
-    DA(v, Tp * b->KVD, 4);
-    DA(qn, T * b->Q, 4);
-    DA(o, T * b->Q, 4);
     DA(oq, b->Q, 1);
     DA(ods, b->Q / 8, 4);
-    DA(bq, T * QF, 1);
-    DA(bds, T * QF / 8, 4);
-    DA(mmq_part, CUDA_MMQ_PART, 4);
-    b->mmf_x_halves = mu_gpu_mmf_halves((uint64_t)b->E > QF ? (uint64_t)b->E : QF, T);
-    DA(mmf_x, b->mmf_x_halves, 2);
-    DA(t, T8 * b->E, 4);
-    DA(ff, T * b->F, 4);
-    DA(fu, T * b->F, 4);
-    DA(a16, T * b->E, 2);
-    DA(o16, T * b->Q, 2);
-    DA(f16b, T * b->F, 2);
-    DA(part_m, parts, 4);
-    DA(part_l, parts, 4);
-    DA(part_o, parts * 128, 4);
     DA(logits, b->V, 4);
     DA(d_best, 1, 8);
     DA(counters, 2 * L, 4);
@@ -569,13 +539,7 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
             mu_info("cuda: GPU %d (%s, compute capability %d.%d): %s", device, prop.name, prop.major, prop.minor, feat);
         }
     }
-    CU_CHECK(cudaStreamCreateWithFlags(&b->exec.stream, cudaStreamNonBlocking));
     RC(mu_cublas_load(&b->cublas));
-    if (b->cublas->create(&b->blas) != CUBLAS_STATUS_SUCCESS) {
-        b->blas = NULL;
-        return mu_fail(MUSER_EBACKEND, "cannot initialize cuBLAS");
-    }
-    b->cublas->set_stream(b->blas, b->exec.stream);
 
     /* RoPE bases: one cos/sin table per distinct base (the step record's size) */
     b->n_bases = cuda_rope_bases(m, b->bases);
@@ -583,7 +547,10 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     /* the memory plan, before any allocation of size: every buffer below
      * is what it planned */
     b->kv_elem = b->kv_f32 ? 4 : 2;
-    RC(cuda_plan_session(b, cfg, &prop, &b->plan));
+    RC(cuda_plan_session(b, cfg, &prop, &b->plan)); /* (b->wk: a shared work where it found one) */
+    if (!b->wk) RC(cuda_work_create(b, b->plan.work));
+    b->exec.stream = b->wk->stream;
+    b->blas = b->wk->blas;
     b->split_dec = b->plan.split_dec;
     b->split_pre = b->plan.split_pre;
     const int64_t parts = b->plan.parts;
@@ -621,15 +588,13 @@ static int rank_init(cuda_backend *b, const mu_session_config *cfg, int device) 
     }
 
     b->rec_stride = mu_cu_rec_bytes(hp->n_layer, b->n_bases > 0 ? b->n_bases : 1, hp->n_rot);
-    RC(alloc_activations(b, parts));
+    RC(alloc_activations(b));
+    if (!b->plan.work_shared) RC(cuda_work_alloc(b, parts));
     if (b->fast && uploaded) RC(cuda_prefill_cache(b));
-    if (b->fast && b->w->f16bytes && !b->draft) b->wtmp_bytes = 0; /* every matrix has its f16 copy */
-    else {
-        b->wtmp_bytes = (size_t)b->plan.tiles; /* (also where a planned cache could not be allocated: its room) */
-        RC(cuda_dalloc(&b->wtmp, b->wtmp_bytes, "dequantization buffer"));
-    }
+    if (!b->plan.work_shared) RC(cuda_work_alloc_tiles(b, cuda_work_tiles(b, &b->plan)));
     RC(cuda_sync_checked(b));
     if (uploaded && !b->tp) cuda_weights_publish(b->w);
+    if (!b->plan.work_shared) cuda_work_offer(b);
     describe(b, &prop);
     if (!b->tp) {
         char held[256];

@@ -62,7 +62,7 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
                   const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
     for (int k = 0; route == MM_MMF && k < n; k++)
         if (ws[k]->qs && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) { /* the inputs packed as f16 (A: f32) */
-            CU_CHECK(mu_cu_mmf_pack((const float *)A, ldx, ws[k]->cols, T, b->mmf_x, &b->exec));
+            CU_CHECK(mu_cu_mmf_pack((const float *)A, ldx, ws[k]->cols, T, b->wk->mmf_x, &b->exec));
             break;
         }
     if (route == MM_GEMM || route == MM_EXACT_ROWS) {
@@ -81,9 +81,9 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
         r.act = cuda_act(aq ? NULL : (const float *)A, aq, ads);
         r.ldx = ldx;
         r.nrows = T;
-        r.part = b->mmq_part;
+        r.part = b->wk->mmq_part;
         r.part_cap = CUDA_MMQ_PART;
-        r.xp = b->mmf_x;
+        r.xp = b->wk->mmf_x;
         for (int j = k; j < n; j++) {
             if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
             r.seg[r.nseg].w = *ws[j];
@@ -110,10 +110,10 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
     mu_cu_recs recs = cuda_recs(b);
     recs.base += (int64_t)i * b->rec_stride;
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, 1);
-    qp.q = b->q + (int64_t)i * b->Q;
-    qp.k = b->k + (int64_t)i * b->KVD;
-    qp.v = b->v + (int64_t)i * b->KVD;
-    qp.qn = b->qn + (int64_t)i * b->Q;
+    qp.q = b->wk->q + (int64_t)i * b->Q;
+    qp.k = b->wk->k + (int64_t)i * b->KVD;
+    qp.v = b->wk->v + (int64_t)i * b->KVD;
+    qp.qn = b->wk->qn + (int64_t)i * b->Q;
     qp.kc = kv->kc[l];
     qp.vc = kv->vc[l];
     qp.recs = recs;
@@ -158,8 +158,8 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     const bool rows8 = route == MM_FAST_ROWS || route == MM_MMQ || route == MM_MMF; /* the normed inputs' int8 groups */
     const bool mmq = route == MM_MMQ || route == MM_MMF; /* Wo's and down's int8 inputs in bq (MM_MMF: for the
                                                            B-row matvec of a matrix without a tensor-core kernel) */
-    const int8_t *aq = rows8 ? b->aq : NULL;
-    const float *ads = rows8 ? b->ads : NULL;
+    const int8_t *aq = rows8 ? b->wk->aq : NULL;
+    const float *ads = rows8 ? b->wk->ads : NULL;
     const int cap = rows_attention_cap(rows, T);
     CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
     if (cap > 0) { /* every row's planes, layer by layer: [L][K, V][T] */
@@ -174,37 +174,37 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f16);
     rn.embd_norm = hp->embd_norm;
     CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
-    const void *A = f16 ? (const void *)b->a16 : (const void *)b->ax;
+    const void *A = f16 ? (const void *)b->wk->a16 : (const void *)b->wk->ax;
     for (int l = 0; l < hp->n_layer; l++) {
         const cu_layer *D = &b->w->layers[l];
         const mu_cu_weight *qkvg[] = {&D->wq, &D->wk, &D->wv, &D->wgate};
-        float *const qkvg_y[] = {b->q, b->k, b->v, b->g};
+        float *const qkvg_y[] = {b->wk->q, b->wk->k, b->wk->v, b->wk->g};
         const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
         RC(mm_set(b, route, qkvg, qkvg_y, qkvg_ld, 4, A, aq, ads, b->E, T));
         if (cap > 0) RC(batch_attention_rows(b, l, T, cap, f16));
         else
             for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
         if (mmq && !(route == MM_MMF && mu_cu_mmq_ok(D->wo.type, D->wo.cols)))
-            CU_CHECK(mu_cu_quantize_rows(b->o, b->bq, b->bds, b->Q, T, x));
-        RC(mm_one(b, route, &D->wo, b->t, b->E, f16 ? (const void *)b->o16 : (const void *)b->o, mmq ? b->bq : NULL,
-                  mmq ? b->bds : NULL, b->Q, T));
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
+            CU_CHECK(mu_cu_quantize_rows(b->wk->o, b->wk->bq, b->wk->bds, b->Q, T, x));
+        RC(mm_one(b, route, &D->wo, b->wk->t, b->E, f16 ? (const void *)b->wk->o16 : (const void *)b->wk->o, mmq ? b->wk->bq : NULL,
+                  mmq ? b->wk->bds : NULL, b->Q, T));
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
-        float *const gu_y[] = {b->ff, b->fu};
+        float *const gu_y[] = {b->wk->ff, b->wk->fu};
         const int64_t gu_ld[] = {b->F, b->F};
         RC(mm_set(b, route, gu, gu_y, gu_ld, 2, A, aq, ads, b->E, T));
-        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f16 ? b->f16b : NULL, b->F, T, x));
+        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f16 ? b->wk->f16b : NULL, b->F, T, x));
         if (mmq && !(route == MM_MMF && mu_cu_mmq_ok(D->ffn_down.type, D->ffn_down.cols)))
-            CU_CHECK(mu_cu_quantize_rows(b->ff, b->bq, b->bds, b->F, T, x));
-        RC(mm_one(b, route, &D->ffn_down, b->t, b->E, f16 ? (const void *)b->f16b : (const void *)b->ff,
-                  mmq ? b->bq : NULL, mmq ? b->bds : NULL, b->F, T));
+            CU_CHECK(mu_cu_quantize_rows(b->wk->ff, b->wk->bq, b->wk->bds, b->F, T, x));
+        RC(mm_one(b, route, &D->ffn_down, b->wk->t, b->E, f16 ? (const void *)b->wk->f16b : (const void *)b->wk->ff,
+                  mmq ? b->wk->bq : NULL, mmq ? b->wk->bds : NULL, b->F, T));
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_ffn_norm, next, f16), T, x));
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_ffn_norm, next, f16), T, x));
     }
     if (!mu_model_heads(b->m)) return 0; /* a split's first side: the rows' h crosses to the CPU */
     RC(cuda_logit_rows_reserve(b, T));
-    RC(mm_one(b, route, &b->w->output, b->logits_all, b->V, A, aq, ads, b->E, T));
-    CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
+    RC(mm_one(b, route, &b->w->output, b->wk->logits_all, b->V, A, aq, ads, b->E, T));
+    CU_CHECK(mu_cu_logits_finish(b->wk->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
     return 0;
 }
 
@@ -239,7 +239,7 @@ int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, co
     RC(run_batch(b, rows, n));
     RC(cuda_sync_checked(b));
     if (!mu_model_heads(b->m)) return cuda_copy_hidden(b, n); /* (into the leader's crossing rows) */
-    for (int i = 0; i < n; i++) RC(cuda_copy_logits(b, b->logits_all + (size_t)i * b->V, 1, logits[i], (size_t)b->V));
+    for (int i = 0; i < n; i++) RC(cuda_copy_logits(b, b->wk->logits_all + (size_t)i * b->V, 1, logits[i], (size_t)b->V));
     return 0;
 }
 

@@ -39,9 +39,9 @@ static mu_cu_norm_in nin_of(const cuda_backend *b, int k, const mu_cu_weight *pr
     const mu_hparams *hp = &b->m->hp;
     mu_cu_norm_in ni;
     memset(&ni, 0, sizeof ni);
-    ni.h = k % 2 ? b->h2 : b->h;
-    ni.h_out = keep ? (k % 2 ? b->h : b->h2) : NULL;
-    ni.branch = b->t;
+    ni.h = k % 2 ? b->h2 : b->wk->h;
+    ni.h_out = keep ? (k % 2 ? b->wk->h : b->h2) : NULL;
+    ni.branch = b->wk->t;
     ni.parts = mu_cu_mv_parts(producer->type, producer->cols);
     ni.part_stride = producer->rows;
     ni.w_post = w_post;
@@ -59,7 +59,7 @@ int cuda_head_matvec(cuda_backend *b, int row, bool decode, prof_state *p) {
     const int64_t off = (int64_t)row * b->E;
     mu_cu_mv a;
     cuda_mv_init(&a, b, MU_CU_EPI_LOGITS,
-                 cuda_act(b->ax + off, b->fast ? b->aq + off : NULL, b->fast ? b->ads + off / 16 * 2 : NULL));
+                 cuda_act(b->wk->ax + off, b->fast ? b->wk->aq + off : NULL, b->fast ? b->wk->ads + off / 16 * 2 : NULL));
     cuda_mv_seg(&a, &b->w->output, b->logits);
     if (decode && b->norm_in) {
         const cu_layer *P = &b->w->layers[hp->n_layer - 1];
@@ -99,13 +99,13 @@ static void rank_sum(const cuda_backend *b, mu_cu_resnorm *rn, const float *lsa)
 static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     const mu_cu_exec *x = &b->exec;
     const cu_layer *D = &b->w->layers[l];
-    const mu_cu_act in_a = cuda_act(b->ax, b->fast ? b->aq : NULL, b->fast ? b->ads : NULL);
+    const mu_cu_act in_a = cuda_act(b->wk->ax, b->fast ? b->wk->aq : NULL, b->fast ? b->wk->ads : NULL);
     mu_cu_mv a;
     cuda_mv_init(&a, b, MU_CU_EPI_STORE, in_a);
-    cuda_mv_seg(&a, &D->wq, b->q);
-    cuda_mv_seg(&a, &D->wk, b->k);
-    cuda_mv_seg(&a, &D->wv, b->v);
-    cuda_mv_seg(&a, &D->wgate, b->g);
+    cuda_mv_seg(&a, &D->wq, b->wk->q);
+    cuda_mv_seg(&a, &D->wk, b->wk->k);
+    cuda_mv_seg(&a, &D->wv, b->wk->v);
+    cuda_mv_seg(&a, &D->wgate, b->wk->g);
     if (b->norm_in && l > 0) {
         const cu_layer *P = &b->w->layers[l - 1];
         a.nin = nin_of(b, 2 * l - 1, &P->ffn_down, P->post_ffn_norm, D->attn_norm, true);
@@ -128,15 +128,15 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     }
 
     cuda_mv_init(&a, b, (b->tp && !b->xr.n) || b->norm_in ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
-                 cuda_act(b->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
-    cuda_mv_seg(&a, &D->wo, b->t);
+                 cuda_act(b->wk->o, b->fast ? b->oq : NULL, b->fast ? b->ods : NULL));
+    cuda_mv_seg(&a, &D->wo, b->wk->t);
     if (b->norm_in) { /* the parts in t; gate/up forms its input from them */
         a.split_parts = 1;
         RC(cuda_prof_mark(b, p, PF_WO));
         CU_CHECK(mu_cu_matvec(&a, x));
         return 0;
     }
-    a.rn = cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, false);
+    a.rn = cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, false);
     rank_sum(b, &a.rn, b->lsa_t);
     a.rn.out.x = b->ax2;
     a.rn.out.q = b->fast ? b->aq2 : NULL;
@@ -154,15 +154,15 @@ static int enqueue_ffn_block(cuda_backend *b, int l, prof_state *p) {
     const cu_layer *D = &b->w->layers[l];
     mu_cu_mv a;
     cuda_mv_init(&a, b, MU_CU_EPI_GATEUP, cuda_act(b->ax2, b->fast ? b->aq2 : NULL, b->fast ? b->ads2 : NULL));
-    cuda_mv_seg(&a, &D->ffn_gate, b->ff);
-    cuda_mv_seg(&a, &D->ffn_up, b->fu);
+    cuda_mv_seg(&a, &D->ffn_gate, b->wk->ff);
+    cuda_mv_seg(&a, &D->ffn_up, b->wk->fu);
     if (b->norm_in) a.nin = nin_of(b, 2 * l, &D->wo, D->post_attn_norm, D->ffn_norm, true);
     RC(cuda_prof_mark(b, p, PF_GATEUP));
     CU_CHECK(mu_cu_matvec(&a, x));
 
     cuda_mv_init(&a, b, (b->tp && !b->xr.n) || b->norm_in ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,
-                 cuda_act(b->ff, NULL, NULL));
-    float *y = b->xr.n ? b->t2 : b->t;
+                 cuda_act(b->wk->ff, NULL, NULL));
+    float *y = b->xr.n ? b->t2 : b->wk->t;
     cuda_mv_seg(&a, &D->ffn_down, y);
     a.quant_input = b->fast; /* (down quantizes the products while it stages them) */
     if (b->norm_in) { /* the parts in t; the next qkv (or the LM head) forms its input from them */
@@ -186,7 +186,7 @@ static int enqueue_tp_tail(cuda_backend *b, int part, prof_state *p) {
     mu_cu_resnorm rn;
     if ((part - 1) % 2 == 0) { /* after Wo of layer l: into the FFN's input */
         const int l = (part - 1) / 2;
-        rn = cuda_resnorm(b, b->t, b->w->layers[l].post_attn_norm, b->w->layers[l].ffn_norm, false);
+        rn = cuda_resnorm(b, b->wk->t, b->w->layers[l].post_attn_norm, b->w->layers[l].ffn_norm, false);
         rn.out.x = b->ax2;
         rn.out.q = b->fast ? b->aq2 : NULL;
         rn.out.ds = b->fast ? b->ads2 : NULL;
@@ -194,7 +194,7 @@ static int enqueue_tp_tail(cuda_backend *b, int part, prof_state *p) {
         const int l = (part - 2) / 2;
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
         /* (a rank's down is a STORE launch: one part, whole rows) */
-        rn = cuda_resnorm(b, b->t, b->w->layers[l].post_ffn_norm, next, false);
+        rn = cuda_resnorm(b, b->wk->t, b->w->layers[l].post_ffn_norm, next, false);
     }
     /* (timed with the all-reduce: its mark is set before the NCCL call) */
     CU_CHECK(mu_cu_resnorm_rows(rn, 1, &b->exec));

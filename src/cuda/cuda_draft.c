@@ -43,7 +43,7 @@ static int draft_forward(mu_backend *base, const muser_token *tokens, int T, int
     RC(cuda_prefill_run(b, T, all_logits));              /* (one row too: the decode graph is causal-only) */
     RC(cuda_sync_checked(b));
     const size_t V = (size_t)b->V;
-    return all_logits ? cuda_copy_logits(b, b->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
+    return all_logits ? cuda_copy_logits(b, b->wk->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
 }
 
 /* The block's greedy guesses where its logits are: T ids cross to the host
@@ -54,7 +54,7 @@ static int draft_forward_argmax(mu_backend *base, const muser_token *tokens, int
     if (T < 1 || T > b->T_max) return mu_fail(MUSER_EINVAL, "drafter block of %d tokens (batch %d)", T, b->T_max);
     RC(cuda_fill_records(b, tokens, T, pos0, 0.0f, 0)); /* non-causal spans: b->bidirectional */
     RC(cuda_prefill_run(b, T, true));
-    return cuda_rows_argmax(b, b->logits_all, T, ids);
+    return cuda_rows_argmax(b, b->wk->logits_all, T, ids);
 }
 
 /* A drafter's cache only steers its guesses (the target's output never
@@ -96,13 +96,13 @@ static int draft_inject(mu_backend *base, const float *features, int n, int pos0
         RC(cuda_fill_records(b, NULL, T, pos0 + done, 0.0f, 0)); /* the slots and RoPE tables */
         CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
         /* h [T][E] = fc . features; ax (a16) = rms(h) * enc_norm: g */
-        RC(cuda_gemm_all(b, &b->w->fc, b->d_feat, b->h, b->E, T));
+        RC(cuda_gemm_all(b, &b->w->fc, b->d_feat, b->wk->h, b->E, T));
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, NULL, NULL, b->w->enc_norm, b->fast), T, x));
-        const void *A = b->fast ? (const void *)b->a16 : (const void *)b->ax;
+        const void *A = b->fast ? (const void *)b->wk->a16 : (const void *)b->wk->ax;
         for (int l = 0; l < b->m->hp.n_layer; l++) {
             const cu_layer *D = &b->w->layers[l];
-            RC(cuda_gemm_all(b, &D->wk, A, b->k, b->KVD, T));
-            RC(cuda_gemm_all(b, &D->wv, A, b->v, b->KVD, T));
+            RC(cuda_gemm_all(b, &D->wk, A, b->wk->k, b->KVD, T));
+            RC(cuda_gemm_all(b, &D->wv, A, b->wk->v, b->KVD, T));
             mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
             qp.n_head = 0; /* no query: the KV heads only (k_norm, RoPE, append K and V) */
             qp.q = NULL;

@@ -82,6 +82,7 @@ typedef struct cu_weights {
     struct cu_weights *borrowed;
     int fast_rows;            /* the fast B-row matvec takes every matrix: 0 not yet asked, 1 yes, 2 no */
     uint64_t held_bytes;      /* what the GPU memory ledger counts for them (cuda_memory.c) */
+    struct cu_work *work;     /* the work buffers its sessions share (cuda_work.c), or NULL */
     struct cu_weights *next;
 } cu_weights;
 
@@ -110,6 +111,49 @@ typedef struct prof_state {
 /* floats of partial sums for the tensor-core batch's K splits (decode-size
  * batches: 4 splits of q, k, v and the gate of the 30B over 32 rows need 1.1 M) */
 #define CUDA_MMQ_PART (2 << 20)
+
+/* The work buffers of a session's steps that grow with its chunk (T rows),
+ * with the stream and cuBLAS handle they are used on: held once by all the
+ * one-GPU sessions of a model with the same chunk, context split and lane
+ * (cuda_work.c), which take turns on the one stream. Nothing in them lives
+ * from one call to the next. E, Q, KVD, F, V: cuda_backend's. */
+typedef struct cu_work {
+    int refs;
+    int T_max;            /* the key: chunk rows, split-K runs held, dequant tile bytes, lane */
+    int64_t parts;
+    size_t wtmp_bytes;    /* (wtmp's size)                                         */
+    bool fast;
+    uint64_t held_bytes;  /* what the GPU memory ledger counts for them */
+    int device;
+    struct cu_weights *w; /* the weights whose sessions take it (NULL: not offered) */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    const mu_cublas *cublas;
+    float *h;             /* [T][E] the residual stream                           */
+    float *ax;            /* [T][E] the normed input of the next matrices         */
+    int8_t *aq;           /* [T][E] its int8 groups (fast lane)                   */
+    float *ads;           /* [T][E/16][2] their d and d * sum(q)                  */
+    float *q, *g;         /* [max(T, 8)][Q] raw query, gate projections (decode: in batch parts) */
+    float *k, *v;         /* [max(T, 8)][KVD] raw key, value projections          */
+    float *qn;            /* [T][Q] queries after QK-norm + RoPE                   */
+    float *o;             /* [T][Q] the gated attention output                     */
+    int8_t *bq;           /* [T][max(Q, F)] batched steps on tensor cores: the int8 groups of
+                             Wo's and down's inputs                                   */
+    float *bds;           /* [T][max(Q, F)/16][2]                                    */
+    float *mmq_part;      /* [CUDA_MMQ_PART] partial sums of the tensor-core batch's K splits */
+    void *mmf_x;          /* mu_gpu_mmf_halves(max(E, Q, F), T) f16: the f16 tensor-core batch's packed inputs */
+    uint64_t mmf_x_halves; /* their room */
+    float *t;             /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
+                             partial sums */
+    float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */
+    float *fu;            /* [T][F] the up projection (prefill, batched decode)     */
+    uint16_t *a16, *o16, *f16b; /* [T][E], [T][Q], [T][F] f16 GEMM inputs (fast lane) */
+    float *part_m, *part_l; /* [parts] split-K runs' max and sum (parts = max(n_head x split_dec, T x n_head x split_pre)) */
+    float *part_o;        /* [parts][128] their unnormalized outputs               */
+    float *logits_all;    /* [logit_rows][V] prefill with all logits, batched decode (grown on first use) */
+    int64_t logit_rows;
+    void *wtmp;           /* dequantized weight tiles for GEMMs without the f16 cache */
+} cu_work;
 
 typedef struct cuda_backend {
     mu_backend base;
@@ -147,45 +191,23 @@ typedef struct cuda_backend {
     void **h_planes, **d_planes; /* [L][2][T] batched steps: row i's K and V planes of layer l
                                     (its session's), pinned host and device    */
     int64_t n_parts;      /* the split-K partials part_m, part_l, part_o hold      */
-    /* activations */
-    float *h;             /* [T][E] the residual stream                           */
+    /* activations: the chunk-sized ones in wk (shared by the model's sessions
+     * of one setting), the one-row ones here */
+    cu_work *wk;
     float *h2;            /* [E] decode, norm_in: the residual's other buffer (boundary k reads one, writes the other) */
-    float *ax;            /* [T][E] the normed input of the next matrices         */
-    int8_t *aq;           /* [T][E] its int8 groups (fast lane)                   */
-    float *ads;           /* [T][E/16][2] their d and d * sum(q)                  */
     float *ax2;           /* [E] decode: the FFN's input, apart from the attention's (rewritten by down's tail
                              while the next layer's kernels launch) */
     int8_t *aq2;          /* [E]                                                  */
     float *ads2;          /* [E/16][2]                                            */
-    float *q, *g;         /* [max(T, 8)][Q] raw query, gate projections (decode: in batch parts) */
-    float *k, *v;         /* [max(T, 8)][KVD] raw key, value projections          */
-    float *qn;            /* [T][Q] queries after QK-norm + RoPE                   */
-    float *o;             /* [T][Q] the gated attention output                     */
     int8_t *oq;           /* [Q] its int8 groups (decode, fast lane: Wo's input)   */
     float *ods;           /* [Q/16][2]                                             */
-    int8_t *bq;           /* [T][max(Q, F)] batched steps on tensor cores: the int8 groups of
-                             Wo's and down's inputs                                   */
-    float *bds;           /* [T][max(Q, F)/16][2]                                    */
-    float *mmq_part;      /* [CUDA_MMQ_PART] partial sums of the tensor-core batch's K splits */
-    void *mmf_x;          /* mu_gpu_mmf_halves(max(E, Q, F), T) f16: the f16 tensor-core batch's packed inputs */
-    uint64_t mmf_x_halves; /* their room */
-    float *t, *t2;        /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
-                             partial sums. t2: [E] down's, tensor parallel with the fused all-reduce */
-    float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */
-    float *fu;            /* [T][F] the up projection (prefill, batched decode)     */
-    uint16_t *a16, *o16, *f16b; /* [T][E], [T][Q], [T][F] f16 GEMM inputs (fast lane) */
-    float *part_m, *part_l; /* [parts] split-K runs' max and sum (parts = max(n_head x split_dec, T x n_head x split_pre)) */
-    float *part_o;        /* [parts][128] their unnormalized outputs               */
+    float *t2;            /* [E] down's branch output, tensor parallel with the fused all-reduce */
     float *logits;        /* [V] the decode step's (fixed: the graph holds it)     */
-    float *logits_all;    /* [logit_rows][V] prefill with all logits, batched decode */
-    int64_t logit_rows;
     float *h_logits;      /* [V] pinned host copy                                  */
     unsigned long long *d_best, *h_best; /* the device's token choice: packed (key, ~index) */
     void *d_argmax;       /* forward_argmax: [T_max][MU_CU_ARGMAX_SPLITS] u64 slice keys, then [T_max] int32
                              choices (allocated on first use)                        */
     unsigned int *counters; /* [2 L] RESNORM launches' last-block counters (zero between launches) */
-    void *wtmp;           /* dequantized weight tiles for GEMMs without the f16 cache */
-    size_t wtmp_bytes;
     /* decode attention: spans up to attn_short rows in one launch of a block
      * per head, up to attn_cluster_rows in clusters of attn_cluster blocks;
      * route: what cuda_fill_records chose for the step */
@@ -226,6 +248,21 @@ typedef struct cuda_backend {
      * the head */
     float *hidden;        /* [T][E] host                                           */
 } cuda_backend;
+
+/* cuda_work.c: the work buffers, stream and cuBLAS handle of b's steps.
+ * Find: a compatible work of b's resident weights (T_max, parts,
+ * wtmp_bytes, lane), with a reference taken, or NULL. Create: a new one
+ * holding held_bytes of the ledger, with its stream and handle (buffers
+ * come with cuda_work_alloc). Offer: from now on b's weights offer it to
+ * later sessions. Release: drops b's reference; the last frees it. */
+cu_work *cuda_work_find(const cuda_backend *b, int64_t parts, size_t wtmp_bytes);
+int cuda_work_create(cuda_backend *b, uint64_t held_bytes);
+int cuda_work_alloc(cuda_backend *b, int64_t parts);
+/* the dequantized tiles' bytes b's work holds (0: every matrix has its f16 copy) */
+size_t cuda_work_tiles(const cuda_backend *b, const mu_gpu_plan *plan);
+int cuda_work_alloc_tiles(cuda_backend *b, size_t wtmp_bytes);
+void cuda_work_offer(cuda_backend *b);
+void cuda_work_release(cuda_backend *b);
 
 /* cuda_backend.c */
 int cuda_rank_new(const mu_model *m, const mu_session_config *cfg, int device, bool tp, int64_t vocab0,

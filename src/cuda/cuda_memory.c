@@ -160,6 +160,13 @@ int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struc
     mu_gpu_plan_in in;
     plan_input(b, cfg, available, &in);
     mu_gpu_plan_make(&in, plan);
+    /* a later session of a resident model with the same chunk, split and
+     * lane shares the work buffers of an earlier one */
+    b->wk = cuda_work_find(b, plan->parts, cuda_work_tiles(b, plan));
+    if (b->wk) {
+        in.work_shared = true;
+        mu_gpu_plan_make(&in, plan);
+    }
     if (!plan->fits) {
         /* the advice of a split: the most layers of the whole model that fit */
         const mu_model *whole = b->m->whole ? b->m->whole : b->m;
@@ -174,7 +181,7 @@ int cuda_plan_session(cuda_backend *b, const mu_session_config *cfg, const struc
                        "one needs %.2f GiB", b->device, cap / 1073741824.0, before / 1073741824.0,
                        plan->total / 1073741824.0);
     /* the weights' part goes with the weights (shared by the model's sessions) */
-    b->held_bytes = plan->total - plan->weights - plan->f16_cache;
+    b->held_bytes = plan->total - plan->weights - plan->f16_cache - plan->work; /* (the work carries its own) */
     b->weights_held = plan->weights + plan->f16_cache;
     return 0;
 }

@@ -22,24 +22,40 @@ static uint64_t a256(uint64_t x) { return (x + 255) & ~(uint64_t)255; }
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/* The work buffers of cuda_backend.c's alloc_activations, one term per
- * allocation (T rows of a chunk; decode's parts need at least 8). */
-static uint64_t buffer_bytes(const mu_gpu_plan_in *in, uint64_t parts, uint64_t wtmp) {
+/* A session's own buffers (cuda_backend.c's alloc_activations), one term
+ * per allocation: the one-row ones, the step records and the batched
+ * steps' plane pointers of T rows. */
+static uint64_t session_bytes(const mu_gpu_plan_in *in) {
+    const uint64_t T = (uint64_t)in->n_batch, E = (uint64_t)in->E, Q = (uint64_t)in->Q, V = (uint64_t)in->V,
+                   L = (uint64_t)in->n_layer;
+    const uint64_t f32[] = {E, E, V, 2 * L};           /* h2, ax2, logits, counters */
+    uint64_t sum = a256(8) + a256(T * (uint64_t)in->rec_bytes) + a256(8 * L * 2 * T); /* d_best, d_rec, d_planes */
+    for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++) sum += a256(4 * f32[i]);
+    sum += a256(E) + a256(Q) + a256(4 * (E / 8)) + a256(4 * (Q / 8)); /* aq2, oq and their scales */
+    return sum;
+}
+
+/* The work buffers of T rows (cuda_work.c, a model's sessions of one
+ * setting share them), one term per allocation; decode's parts need at
+ * least 8 rows. Without the chunk's logits. */
+static uint64_t work_bytes(const mu_gpu_plan_in *in, uint64_t parts, uint64_t wtmp) {
     const uint64_t T = (uint64_t)in->n_batch, E = (uint64_t)in->E, Q = (uint64_t)in->Q, KVD = (uint64_t)in->KVD,
-                   F = (uint64_t)in->F, V = (uint64_t)in->V, L = (uint64_t)in->n_layer;
+                   F = (uint64_t)in->F;
     const uint64_t Tp = max_u64(T, PLAN_BATCH_PARTS), T8 = max_u64(T, PLAN_DOWN_PARTS);
-    const uint64_t f32[] = {T * E,   E,       T * E,   E,        Tp * Q, Tp * Q, Tp * KVD, Tp * KVD, T * Q,
-                            T * Q,   T8 * E,  T * F,   T * F,    parts,  parts,  parts * 128, V,     2 * L};
-    const uint64_t i8[] = {T * E, E, Q};                 /* aq, aq2, oq */
-    const uint64_t ds[] = {T * E / 8, E / 8, Q / 8};     /* their scales: floats per 16 values x 2 */
+    const uint64_t f32[] = {T * E,  T * E, Tp * Q, Tp * Q, Tp * KVD, Tp * KVD, T * Q,
+                            T * Q,  T8 * E, T * F, T * F,  parts,    parts,    parts * 128};
     const uint64_t f16[] = {T * E, T * Q, T * F};        /* a16, o16, f16b */
     const uint64_t QF = max_u64(Q, F); /* bq, bds: Wo's and down's int8 inputs in batched steps */
-    uint64_t sum = a256(8) + a256(T * (uint64_t)in->rec_bytes) + a256(wtmp) + a256(T * QF) + a256(4 * (T * QF / 8)) +
-                   a256(4 * (uint64_t)PLAN_MMQ_PART) + a256(8 * L * 2 * T) + /* + mmq_part, d_planes */
+    uint64_t sum = a256(T * E) + a256(4 * (T * E / 8)) + /* aq, ads */
+                   a256(wtmp) + a256(T * QF) + a256(4 * (T * QF / 8)) + a256(4 * (uint64_t)PLAN_MMQ_PART) +
                    a256(2 * mu_gpu_mmf_halves(max_u64(E, QF), T)); /* + mmf_x */
     for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++) sum += a256(4 * f32[i]);
-    for (size_t i = 0; i < 3; i++) sum += a256(i8[i]) + a256(4 * ds[i]) + a256(2 * f16[i]);
+    for (size_t i = 0; i < 3; i++) sum += a256(2 * f16[i]);
     return sum;
+}
+
+static uint64_t buffer_bytes(const mu_gpu_plan_in *in, uint64_t parts, uint64_t wtmp) {
+    return session_bytes(in) + work_bytes(in, parts, wtmp);
 }
 
 void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *p) {
@@ -64,8 +80,8 @@ void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *p) {
         p->parts = (int64_t)in->n_batch * in->n_head * p->split_pre;
 
     p->weights = in->weight_bytes + in->norm_bytes;
-    p->logits = in->head ? a256((uint64_t)in->n_batch * (uint64_t)in->V * 4) : 0;
-    p->reserve = MU_GPU_PLAN_RESERVE;
+    p->logits = in->head && !in->work_shared ? a256((uint64_t)in->n_batch * (uint64_t)in->V * 4) : 0;
+    p->reserve = in->work_shared ? MU_GPU_PLAN_SESSION_RESERVE : MU_GPU_PLAN_RESERVE;
     /* the dequantized tiles of the GEMMs without the f16 cache: a whole
      * matrix (f16 in the fast lane, f32 in the exact), at least 64 MB */
     p->tiles = max_u64((in->fast ? 2 : 4) * in->max_matrix_elems, 64ull << 20);
@@ -81,7 +97,13 @@ void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *p) {
         }
     }
     p->wtmp = cache ? 0 : p->tiles;
-    p->buffers = buffer_bytes(in, (uint64_t)p->parts, p->wtmp);
+    p->work_shared = in->work_shared;
+    if (in->work_shared) p->buffers = session_bytes(in);
+    else {
+        p->buffers = buffer_bytes(in, (uint64_t)p->parts, p->wtmp);
+        p->work = work_bytes(in, (uint64_t)p->parts, p->wtmp) + p->logits + MU_GPU_PLAN_RESERVE -
+                  MU_GPU_PLAN_SESSION_RESERVE;
+    }
     p->total = base + p->f16_cache + p->buffers;
     p->fits = p->total <= in->available;
 }
@@ -171,9 +193,10 @@ void mu_gpu_plan_explain(const mu_gpu_plan_in *in, const mu_gpu_plan *p, uint64_
 void mu_gpu_plan_format(const mu_gpu_plan *p, char *out, size_t cap) {
     snprintf(out, cap,
              "%.2f GiB: weights %.2f%s, f16 prefill cache %.2f, KV cache %.2f, buffers %.2f, logits %.2f, "
-             "reserve %.2f",
+             "reserve %.2f%s",
              p->total / GIB, p->weights / GIB, p->weights ? "" : " (shared, counted once)", p->f16_cache / GIB,
-             p->kv / GIB, p->buffers / GIB, p->logits / GIB, p->reserve / GIB);
+             p->kv / GIB, p->buffers / GIB, p->logits / GIB, p->reserve / GIB,
+             p->work_shared ? " (the chunk's work buffers and logits: shared with an earlier session)" : "");
 }
 
 /* f16 copies of a matrix (cuda_weights.c's prefill cache) */

@@ -35,6 +35,9 @@ typedef struct mu_gpu_plan_in {
     bool head;                    /* the session ends with the head (false: the first side
                                      of a --gpu-layers split, no logits on the GPU)    */
     uint64_t available;           /* bytes the session may take (min(cap - held, free)) */
+    bool work_shared;             /* the work buffers of this chunk and setting, the chunk's
+                                     logits and the reserve's shared part are another
+                                     session's of the model (cuda_work.c)             */
 } mu_gpu_plan_in;
 
 /* The split-K runs of the decode and prefill attention (sizes part_*). */
@@ -54,7 +57,11 @@ typedef struct mu_gpu_plan {
     uint64_t kv;         /* K and V planes of every layer                         */
     uint64_t buffers;    /* activations, records, split-K parts, dequant tiles    */
     uint64_t logits;     /* logits of a whole chunk (prefill with all logits, batched decode) */
-    uint64_t reserve;    /* cuBLAS workspace, upload staging, graphs               */
+    uint64_t reserve;    /* cuBLAS workspace, upload staging, graphs (a session sharing
+                            the work: its graphs)                                   */
+    uint64_t work;       /* of buffers + logits + reserve: the shareable work the session
+                            creates, carried by it (0: work_shared)                  */
+    bool work_shared;
     uint64_t total;
     uint64_t wtmp;       /* of buffers: the dequantized weight tiles (0 with the f16 cache) */
     uint64_t tiles;      /* the tiles' size without the cache (a planned cache that cannot be
@@ -68,6 +75,8 @@ typedef struct mu_gpu_plan {
 /* The reserve beyond the planned buffers: cuBLAS's workspace, the upload's
  * two 64 MB device stages, the graphs. */
 #define MU_GPU_PLAN_RESERVE (256ull << 20)
+/* ... of a session whose work is shared: its graphs. */
+#define MU_GPU_PLAN_SESSION_RESERVE (32ull << 20)
 
 void mu_gpu_plan_make(const mu_gpu_plan_in *in, mu_gpu_plan *out);
 

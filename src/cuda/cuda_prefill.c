@@ -26,8 +26,8 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
         } else if (w->type == MU_TYPE_F16) { /* (a drafter's 16-bit matrices: no per-pass copy) */
             W = (const uint16_t *)w->qs + r0 * cols;
         } else {
-            CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, true, b->exec.stream));
-            W = b->wtmp;
+            CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wk->wtmp, true, b->exec.stream));
+            W = b->wk->wtmp;
         }
         BLAS_CHECK(b->cublas->gemm_ex(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, W, CUDA_R_16F,
                                 (int)cols, A, CUDA_R_16F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
@@ -35,8 +35,8 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
     } else {
         const void *W = (const float *)w->qs + r0 * cols;
         if (w->type != MU_TYPE_F32) {
-            CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wtmp, false, b->exec.stream));
-            W = b->wtmp;
+            CU_CHECK(mu_cu_dequant(w, r0, nrows, b->wk->wtmp, false, b->exec.stream));
+            W = b->wk->wtmp;
         }
         BLAS_CHECK(b->cublas->gemm_ex(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nrows, T, (int)cols, &one, W, CUDA_R_32F,
                                 (int)cols, A, CUDA_R_32F, (int)cols, &zero, Y, CUDA_R_32F, (int)ldy,
@@ -49,10 +49,10 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
 int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
     if (!w->qs) return 0;
     if (b->fast && !w->f16 && T <= b->tune.prefill_mmf_rows && mu_cu_mmq_ok(w->type, w->cols) &&
-        mu_gpu_mmf_halves((uint64_t)w->cols, (uint64_t)T) <= b->mmf_x_halves) {
+        mu_gpu_mmf_halves((uint64_t)w->cols, (uint64_t)T) <= b->wk->mmf_x_halves) {
         /* a short chunk (a verify block): the f16 tensor-core batch over the quantized weights instead of
          * dequantized tiles (A: f16 [T][cols]) */
-        CU_CHECK(mu_cu_mmf_pack16((const uint16_t *)A, w->cols, w->cols, T, b->mmf_x, &b->exec));
+        CU_CHECK(mu_cu_mmf_pack16((const uint16_t *)A, w->cols, w->cols, T, b->wk->mmf_x, &b->exec));
         mu_cu_mvr r;
         memset(&r, 0, sizeof r);
         r.seg[0].w = *w;
@@ -61,14 +61,14 @@ int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *
         r.nseg = 1;
         r.nrows = T;
         r.ldx = w->cols;
-        r.xp = b->mmf_x;
-        r.part = b->mmq_part;
+        r.xp = b->wk->mmf_x;
+        r.part = b->wk->mmq_part;
         r.part_cap = CUDA_MMQ_PART;
         CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
         return 0;
     }
     const size_t elem = b->fast ? 2 : 4;
-    int64_t tile = rows_in_place(b, w) ? w->rows : (int64_t)(b->wtmp_bytes / ((size_t)w->cols * elem));
+    int64_t tile = rows_in_place(b, w) ? w->rows : (int64_t)(b->wk->wtmp_bytes / ((size_t)w->cols * elem));
     if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");
     for (int64_t r0 = 0; r0 < w->rows; r0 += tile) {
         int64_t n = w->rows - r0 < tile ? w->rows - r0 : tile;
@@ -79,12 +79,12 @@ int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *
 
 /* logits_all holds at least T rows (grown, never shrunk). */
 int cuda_logit_rows_reserve(cuda_backend *b, int T) {
-    if (b->logit_rows >= T) return 0;
-    if (b->logits_all) cudaFree(b->logits_all);
-    b->logits_all = NULL;
-    b->logit_rows = 0;
-    RC(cuda_dalloc((void **)&b->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
-    b->logit_rows = T;
+    if (b->wk->logit_rows >= T) return 0;
+    if (b->wk->logits_all) cudaFree(b->wk->logits_all);
+    b->wk->logits_all = NULL;
+    b->wk->logit_rows = 0;
+    RC(cuda_dalloc((void **)&b->wk->logits_all, (size_t)T * b->V * sizeof(float), "logits"));
+    b->wk->logit_rows = T;
     return 0;
 }
 
@@ -99,7 +99,7 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     const int L = hp->n_layer;
     const mu_cu_exec *x = &b->exec;
     const bool f = b->fast;
-    const void *A = f ? (const void *)b->a16 : (const void *)b->ax;
+    const void *A = f ? (const void *)b->wk->a16 : (const void *)b->wk->ax;
     if (part == 0) {
         CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
         mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f);
@@ -109,35 +109,35 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     } else if (part % 2 == 1) { /* after Wo of layer l: its FFN */
         const int l = (part - 1) / 2;
         const cu_layer *D = &b->w->layers[l];
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, D->post_attn_norm, D->ffn_norm, f), T, x));
-        RC(cuda_gemm_all(b, &D->ffn_gate, A, b->ff, b->F, T));
-        RC(cuda_gemm_all(b, &D->ffn_up, A, b->fu, b->F, T));
-        CU_CHECK(mu_cu_swiglu_rows(b->ff, b->fu, f ? b->f16b : NULL, b->F, T, x));
-        return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->f16b : (const void *)b->ff, b->t, b->E, T);
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f), T, x));
+        RC(cuda_gemm_all(b, &D->ffn_gate, A, b->wk->ff, b->F, T));
+        RC(cuda_gemm_all(b, &D->ffn_up, A, b->wk->fu, b->F, T));
+        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T, x));
+        return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, b->wk->t, b->E, T);
     } else { /* after down of layer l */
         const int l = (part - 2) / 2;
         const float *next = l + 1 < L ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->t, b->w->layers[l].post_ffn_norm, next, f), T, x));
+        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, b->w->layers[l].post_ffn_norm, next, f), T, x));
         if (l + 1 < L) RC(cuda_capture(b, l + 1, T)); /* h: layer l + 1's input */
     }
     if (part == 2 * L) { /* the LM head (none on a split's first side: h crosses to the CPU) */
         if (!mu_model_heads(b->m)) return 0;
         if (!all_logits) return cuda_head_matvec(b, T - 1, false, NULL);
         RC(cuda_logit_rows_reserve(b, T));
-        RC(cuda_gemm_all(b, &b->w->output, A, b->logits_all, b->V, T));
-        CU_CHECK(mu_cu_logits_finish(b->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
+        RC(cuda_gemm_all(b, &b->w->output, A, b->wk->logits_all, b->V, T));
+        CU_CHECK(mu_cu_logits_finish(b->wk->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
         return 0;
     }
     const int l = part / 2;
     const cu_layer *D = &b->w->layers[l];
-    RC(cuda_gemm_all(b, &D->wq, A, b->q, b->Q, T));
-    RC(cuda_gemm_all(b, &D->wk, A, b->k, b->KVD, T));
-    RC(cuda_gemm_all(b, &D->wv, A, b->v, b->KVD, T));
-    RC(cuda_gemm_all(b, &D->wgate, A, b->g, b->Q, T));
+    RC(cuda_gemm_all(b, &D->wq, A, b->wk->q, b->Q, T));
+    RC(cuda_gemm_all(b, &D->wk, A, b->wk->k, b->KVD, T));
+    RC(cuda_gemm_all(b, &D->wv, A, b->wk->v, b->KVD, T));
+    RC(cuda_gemm_all(b, &D->wgate, A, b->wk->g, b->Q, T));
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
     CU_CHECK(mu_cu_qkv_post_launch(&qp, x));
     RC(cuda_attention(b, b, l, T, 0, cuda_recs(b), b->split_pre, NULL, f, false, NULL, 1));
-    return cuda_gemm_all(b, &D->wo, f ? (const void *)b->o16 : (const void *)b->o, b->t, b->E, T);
+    return cuda_gemm_all(b, &D->wo, f ? (const void *)b->wk->o16 : (const void *)b->wk->o, b->wk->t, b->E, T);
 }
 
 int cuda_prefill_run(cuda_backend *b, int T, bool all_logits) {

@@ -24,7 +24,7 @@ int cuda_capture(cuda_backend *b, int layer, int T) {
     for (int k = 0; k < b->n_cap; k++) {
         if (b->cap_layers[k] != layer) continue;
         /* rows t of h -> cap_rows[t][k] (a 2-D copy: the host rows are n_cap rows apart) */
-        CU_CHECK(cudaMemcpy2DAsync(b->cap_rows + (size_t)k * (size_t)b->E, row * (size_t)b->n_cap, b->h, row, row,
+        CU_CHECK(cudaMemcpy2DAsync(b->cap_rows + (size_t)k * (size_t)b->E, row * (size_t)b->n_cap, b->wk->h, row, row,
                                    (size_t)T, cudaMemcpyDeviceToHost, b->exec.stream));
     }
     return 0;

@@ -164,7 +164,7 @@ static int tp_enqueue(tp_backend *t) {
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
             if (part + 1 < parts)
-                NCCL_CHECK(g_nccl.AllReduce(r->t, r->t, (size_t)r->E, ncclFloat32, ncclSum, t->comm[i], r->exec.stream));
+                NCCL_CHECK(g_nccl.AllReduce(r->wk->t, r->wk->t, (size_t)r->E, ncclFloat32, ncclSum, t->comm[i], r->exec.stream));
             else /* the packed (logit, ~index) keys: the largest wins everywhere */
                 NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->exec.stream));
         }
@@ -275,7 +275,7 @@ static int tp_prefill(tp_backend *t, const muser_token *tokens, int T, int pos0,
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
             if (part + 1 < parts)
-                NCCL_CHECK(g_nccl.AllReduce(r->t, r->t, (size_t)T * (size_t)r->E, ncclFloat32, ncclSum, t->comm[i],
+                NCCL_CHECK(g_nccl.AllReduce(r->wk->t, r->wk->t, (size_t)T * (size_t)r->E, ncclFloat32, ncclSum, t->comm[i],
                                             r->exec.stream));
             else
                 NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->exec.stream));
@@ -286,7 +286,7 @@ static int tp_prefill(tp_backend *t, const muser_token *tokens, int T, int pos0,
         cuda_backend *r = t->r[i];
         RC(cuda_use_device(r));
         RC(cuda_sync_checked(r));
-        if (all_logits) RC(cuda_copy_logits(r, r->logits_all, T, logits + r->vocab0, V));
+        if (all_logits) RC(cuda_copy_logits(r, r->wk->logits_all, T, logits + r->vocab0, V));
         else RC(cuda_copy_logits(r, r->logits, 1, logits + r->vocab0, V));
     }
     return 0;
@@ -324,7 +324,7 @@ static void tp_free(mu_backend *base) {
             cudaStreamSynchronize(t->r[i]->exec.stream);
             if (t->win[i]) g_nccl.WindowDeregister(t->comm[i], t->win[i]);
             g_nccl.MemFree(t->sym_buf[i]);
-            t->r[i]->t = NULL; /* it was sym_buf */
+            t->r[i]->wk->t = NULL; /* it was sym_buf */
         }
         if (t->comm[i]) g_nccl.CommDestroy(t->comm[i]);
         cuda_rank_free(t->r[i]);
@@ -437,8 +437,8 @@ static int tp_symmetric(tp_backend *t) {
     for (int i = 0; i < t->n; i++) {
         RC(cuda_use_device(t->r[i]));
         CU_CHECK(cudaMemset(t->sym_buf[i], 0, bytes));
-        cudaFree(t->r[i]->t);
-        t->r[i]->t = (float *)t->sym_buf[i];
+        cudaFree(t->r[i]->wk->t);
+        t->r[i]->wk->t = (float *)t->sym_buf[i];
     }
     t->symmetric = true;
     return 0;

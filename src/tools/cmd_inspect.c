@@ -87,8 +87,9 @@ static void print_gpu_memory(const mu_model *m) {
     in.n_ctx = 1, in.n_batch = 1;
     mu_gpu_plan_make(&in, &p);
     printf("\n## GPU memory (CUDA)\n\nWhat a session plans on the GPU (weights %.2f GiB; fast lane, -b 512, no f16 "
-           "prefill cache); --gpu-mem must be at least the total (GiB).\n\n| context | KV f16 | total | KV f32 | total "
-           "|\n|---|---|---|---|---|\n",
+           "prefill cache); --gpu-mem must be at least the total (GiB). Each further session of the model (`serve "
+           "--parallel`) shares the weights and work buffers and adds the last column (f16 KV).\n\n| context | KV f16 "
+           "| total | KV f32 | total | further session |\n|---|---|---|---|---|---|\n",
            p.weights / gib);
     /* the usual contexts up to the trained one, and the trained one */
     const int usual[] = {2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
@@ -104,7 +105,11 @@ static void print_gpu_memory(const mu_model *m) {
         printf("| %d | %.2f | %.2f |", ctx, p.kv / gib, p.total / gib);
         in.kv_f32 = true;
         mu_gpu_plan_make(&in, &p);
-        printf(" %.2f | %.2f |\n", p.kv / gib, p.total / gib);
+        printf(" %.2f | %.2f |", p.kv / gib, p.total / gib);
+        mu_gpu_plan_in later = in;
+        later.kv_f32 = false, later.weight_bytes = later.norm_bytes = 0, later.work_shared = true;
+        mu_gpu_plan_make(&later, &p);
+        printf(" %.2f |\n", p.total / gib);
     }
 }
 
