@@ -118,8 +118,10 @@ __host__ __device__ static size_t mvrf_scratch_bytes(int64_t cols) {
     return P::template stage_bytes<IN>(cols) - P::template stage_bytes<MV_IN_COPY>(cols);
 }
 
-template <class P, int IN>
-__global__ void __launch_bounds__(MVRF_WARPS * 32, 1) mvrf_kernel(const __grid_constant__ mu_cu_mvr a) {
+/* NR: rows a launch takes at most (accumulators); up to 4 the registers
+ * leave room for two blocks an SM, 32 warps with their loads in flight. */
+template <class P, int IN, int NR>
+__global__ void __launch_bounds__(MVRF_WARPS * 32, NR <= 4 ? 2 : 1) mvrf_kernel(const __grid_constant__ mu_cu_mvr a) {
     extern __shared__ __align__(16) uint8_t sm[]; /* [nrows][row bytes] the staged inputs */
     pdl_trigger();
     pdl_wait();
@@ -144,18 +146,18 @@ __global__ void __launch_bounds__(MVRF_WARPS * 32, 1) mvrf_kernel(const __grid_c
         while (row >= a.seg[s].w.rows) row -= a.seg[s++].w.rows;
         const mu_cu_weight &w = a.seg[s].w;
         const int n_items = P::items(w);
-        float acc[MU_CU_MVRF_MAX];
+        float acc[NR];
 #pragma unroll
-        for (int j = 0; j < MU_CU_MVRF_MAX; j++) acc[j] = 0.f;
+        for (int j = 0; j < NR; j++) acc[j] = 0.f;
         for (int i0 = 0; i0 < n_items; i0 += P::PER_BATCH) {
             typename P::Regs R;
             P::load(R, w, row, i0, min(i0 + P::PER_BATCH, n_items));
 #pragma unroll
-            for (int j = 0; j < MU_CU_MVRF_MAX; j++)
+            for (int j = 0; j < NR; j++)
                 if (j < nrows) acc[j] += P::dot_fast(R, w, row, none, sm + j * sb);
         }
 #pragma unroll
-        for (int j = 0; j < MU_CU_MVRF_MAX; j++)
+        for (int j = 0; j < NR; j++)
             if (j < nrows) {
                 const float v = warp_sum(acc[j]);
                 if (lane == 0) a.seg[s].y[j * a.seg[s].ldy + row] = v;
@@ -183,27 +185,43 @@ static cudaError_t mvrf_device(int *sms_out, int *optin_out) {
 
 /* Launches of up to `per` rows (as many as one block's shared memory holds),
  * the rows dealt evenly over the launches. */
-template <class P, int IN>
-static cudaError_t mvrf_launch(const mu_cu_mvr *a, const mu_cu_exec *ex) {
-    auto kernel = mvrf_kernel<P, IN>;
+template <class P, int IN, int NR>
+static cudaError_t mvrf_go(const mu_cu_mvr &c, int sms, int optin, int64_t total, size_t smem, const mu_cu_exec *ex) {
+    auto kernel = mvrf_kernel<P, IN, NR>;
     static bool opted[MU_CU_MAX_DEVICES];
-    int sms = 0, optin = 0, dev = 0;
-    cudaError_t e = mvrf_device(&sms, &optin);
-    if (e == cudaSuccess) e = current_device(&dev);
+    int dev = 0;
+    cudaError_t e = current_device(&dev);
     if (e != cudaSuccess) return e;
     if (!opted[dev]) {
         e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
         if (e != cudaSuccess) return e;
         opted[dev] = true;
     }
+    static size_t asked[MU_CU_MAX_DEVICES];
+    static int fits[MU_CU_MAX_DEVICES];
+    if (asked[dev] != smem + 1) { /* blocks an SM holds with this launch's shared memory */
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits[dev], kernel, MVRF_WARPS * 32, smem);
+        if (e != cudaSuccess) return e;
+        asked[dev] = smem + 1;
+    }
+    const int fit = fits[dev];
+    int64_t blocks = (total + MVRF_WARPS - 1) / MVRF_WARPS;
+    const int64_t most = (int64_t)sms * (fit > 1 ? fit : 1);
+    if (blocks > most) blocks = most;
+    return launch_pdl(kernel, dim3((unsigned)blocks), dim3(MVRF_WARPS * 32), smem, ex, c);
+}
+
+template <class P, int IN>
+static cudaError_t mvrf_launch(const mu_cu_mvr *a, const mu_cu_exec *ex) {
+    int sms = 0, optin = 0;
+    cudaError_t e = mvrf_device(&sms, &optin);
+    if (e != cudaSuccess) return e;
     const size_t sb = mvrf_row_bytes<P>(a->seg[0].w.cols), scratch = mvrf_scratch_bytes<P, IN>(a->seg[0].w.cols);
     int per = (size_t)optin > scratch ? (int)(((size_t)optin - scratch) / sb) : 0;
     if (per > MU_CU_MVRF_MAX) per = MU_CU_MVRF_MAX;
     if (per < 1) return cudaErrorInvalidValue;
     int64_t total = 0;
     for (int s = 0; s < a->nseg; s++) total += a->seg[s].w.rows;
-    int64_t blocks = (total + MVRF_WARPS - 1) / MVRF_WARPS;
-    if (blocks > sms) blocks = sms;
     const int launches = (a->nrows + per - 1) / per;
     for (int k = 0, j0 = 0; k < launches; k++) {
         mu_cu_mvr c = *a;
@@ -212,7 +230,11 @@ static cudaError_t mvrf_launch(const mu_cu_mvr *a, const mu_cu_exec *ex) {
         if (c.act.q) c.act.q += j0 * a->ldx;
         if (c.act.ds) c.act.ds += j0 * (a->ldx / 8);
         for (int s = 0; s < c.nseg; s++) c.seg[s].y += j0 * c.seg[s].ldy;
-        e = launch_pdl(kernel, dim3((unsigned)blocks), dim3(MVRF_WARPS * 32), sb * (size_t)c.nrows + scratch, ex, c);
+        const size_t smem = sb * (size_t)c.nrows + scratch;
+        e = c.nrows <= 2   ? mvrf_go<P, IN, 2>(c, sms, optin, total, smem, ex)
+            : c.nrows <= 4 ? mvrf_go<P, IN, 4>(c, sms, optin, total, smem, ex)
+            : c.nrows <= 8 ? mvrf_go<P, IN, 8>(c, sms, optin, total, smem, ex)
+                           : mvrf_go<P, IN, MU_CU_MVRF_MAX>(c, sms, optin, total, smem, ex);
         if (e != cudaSuccess) return e;
         j0 += c.nrows;
     }
