@@ -45,28 +45,53 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
     return 0;
 }
 
-/* A whole matrix, in row tiles that fit the dequantization buffer. */
-int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
-    if (!w->qs) return 0;
-    if (b->fast && !w->f16 && T <= b->tune.prefill_mmf_rows && mu_cu_mmq_ok(w->type, w->cols) &&
-        mu_gpu_mmf_halves((uint64_t)w->cols, (uint64_t)T) <= b->wk->mmf_x_halves) {
-        /* a short chunk (a verify block): the f16 tensor-core batch over the quantized weights instead of
-         * dequantized tiles (A: f16 [T][cols]) */
-        CU_CHECK(mu_cu_mmf_pack16((const uint16_t *)A, w->cols, w->cols, T, b->wk->mmf_x, &b->exec));
+/* Whether a short chunk (a verify block) multiplies w on the f16 tensor-core
+ * batch over its quantized blocks instead of dequantized tiles. */
+static bool mmf_chunk(const cuda_backend *b, const mu_cu_weight *w, int T) {
+    return b->fast && w->qs && !w->f16 && T <= b->tune.prefill_mmf_rows && mu_cu_mmq_ok(w->type, w->cols) &&
+           mu_gpu_mmf_halves((uint64_t)w->cols, (uint64_t)T) <= b->wk->mmf_x_halves;
+}
+
+/* Y_k = A . W_k^T for the n matrices of one input A (f16 [T][cols] in the
+ * fast lane): on the f16 tensor-core batch the input is packed once and
+ * the matrices of one type run in one launch; else matrix by matrix. */
+static int gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n,
+                    const void *A, int T) {
+    bool mmf = true;
+    for (int k = 0; k < n; k++) mmf = mmf && (!ws[k]->qs || mmf_chunk(b, ws[k], T));
+    if (!mmf) {
+        for (int k = 0; k < n; k++) RC(cuda_gemm_all(b, ws[k], A, ys[k], ldy[k], T));
+        return 0;
+    }
+    bool packed = false, done[MU_CU_MAX_SEG] = {false};
+    for (int k = 0; k < n; k++) {
+        if (done[k] || !ws[k]->qs) continue;
+        const int64_t cols = ws[k]->cols;
+        if (!packed) CU_CHECK(mu_cu_mmf_pack16((const uint16_t *)A, cols, cols, T, b->wk->mmf_x, &b->exec));
+        packed = true;
         mu_cu_mvr r;
         memset(&r, 0, sizeof r);
-        r.seg[0].w = *w;
-        r.seg[0].y = Y;
-        r.seg[0].ldy = ldy;
-        r.nseg = 1;
+        for (int j = k; j < n; j++) {
+            if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != cols) continue;
+            r.seg[r.nseg].w = *ws[j];
+            r.seg[r.nseg].y = ys[j];
+            r.seg[r.nseg++].ldy = ldy[j];
+            done[j] = true;
+        }
         r.nrows = T;
-        r.ldx = w->cols;
+        r.ldx = cols;
         r.xp = b->wk->mmf_x;
         r.part = b->wk->mmq_part;
         r.part_cap = CUDA_MMQ_PART;
         CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
-        return 0;
     }
+    return 0;
+}
+
+/* A whole matrix, in row tiles that fit the dequantization buffer. */
+int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
+    if (!w->qs) return 0;
+    if (mmf_chunk(b, w, T)) return gemm_set(b, &w, &Y, &ldy, 1, A, T);
     const size_t elem = b->fast ? 2 : 4;
     int64_t tile = rows_in_place(b, w) ? w->rows : (int64_t)(b->wk->wtmp_bytes / ((size_t)w->cols * elem));
     if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");
@@ -110,8 +135,10 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         const int l = (part - 1) / 2;
         const cu_layer *D = &b->w->layers[l];
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f), T, x));
-        RC(cuda_gemm_all(b, &D->ffn_gate, A, b->wk->ff, b->F, T));
-        RC(cuda_gemm_all(b, &D->ffn_up, A, b->wk->fu, b->F, T));
+        const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
+        float *const gu_y[] = {b->wk->ff, b->wk->fu};
+        const int64_t gu_ld[] = {b->F, b->F};
+        RC(gemm_set(b, gu, gu_y, gu_ld, 2, A, T));
         CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T, x));
         return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, b->wk->t, b->E, T);
     } else { /* after down of layer l */
@@ -130,10 +157,10 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     }
     const int l = part / 2;
     const cu_layer *D = &b->w->layers[l];
-    RC(cuda_gemm_all(b, &D->wq, A, b->wk->q, b->Q, T));
-    RC(cuda_gemm_all(b, &D->wk, A, b->wk->k, b->KVD, T));
-    RC(cuda_gemm_all(b, &D->wv, A, b->wk->v, b->KVD, T));
-    RC(cuda_gemm_all(b, &D->wgate, A, b->wk->g, b->Q, T));
+    const mu_cu_weight *qkvg[] = {&D->wq, &D->wk, &D->wv, &D->wgate};
+    float *const qkvg_y[] = {b->wk->q, b->wk->k, b->wk->v, b->wk->g};
+    const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
+    RC(gemm_set(b, qkvg, qkvg_y, qkvg_ld, 4, A, T));
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
     CU_CHECK(mu_cu_qkv_post_launch(&qp, x));
     RC(cuda_attention(b, b, l, T, 0, cuda_recs(b), b->split_pre, NULL, f, false, NULL, 1));
