@@ -101,8 +101,10 @@ static int draft_inject(mu_backend *base, const float *features, int n, int pos0
         const void *A = b->fast ? (const void *)b->wk->a16 : (const void *)b->wk->ax;
         for (int l = 0; l < b->m->hp.n_layer; l++) {
             const cu_layer *D = &b->w->layers[l];
-            RC(cuda_gemm_all(b, &D->wk, A, b->wk->k, b->KVD, T));
-            RC(cuda_gemm_all(b, &D->wv, A, b->wk->v, b->KVD, T));
+            const mu_cu_weight *kv[] = {&D->wk, &D->wv};
+            float *const kv_y[] = {b->wk->k, b->wk->v};
+            const int64_t kv_ld[] = {b->KVD, b->KVD};
+            RC(cuda_gemm_set(b, kv, kv_y, kv_ld, 2, A, T));
             mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
             qp.n_head = 0; /* no query: the KV heads only (k_norm, RoPE, append K and V) */
             qp.q = NULL;

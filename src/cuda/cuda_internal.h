@@ -360,6 +360,10 @@ int cuda_prof_collect(cuda_backend *b, int pos);
 /* cuda_prefill.c */
 /* Y[T][ldy] = A[T][cols] . W^T through cuBLAS (f16 A in the fast lane, f32 in the exact) */
 int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T);
+/* Y_k = A . W_k^T for the n matrices of one input (a short chunk on the
+ * f16 tensor-core batch: the input packed once, a launch per weight type) */
+int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n,
+                  const void *A, int T);
 int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits);
 int cuda_prefill_run(cuda_backend *b, int T, bool all_logits);
 int cuda_logit_rows_reserve(cuda_backend *b, int T);

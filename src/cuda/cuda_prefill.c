@@ -55,8 +55,8 @@ static bool mmf_chunk(const cuda_backend *b, const mu_cu_weight *w, int T) {
 /* Y_k = A . W_k^T for the n matrices of one input A (f16 [T][cols] in the
  * fast lane): on the f16 tensor-core batch the input is packed once and
  * the matrices of one type run in one launch; else matrix by matrix. */
-static int gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n,
-                    const void *A, int T) {
+int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n,
+                  const void *A, int T) {
     bool mmf = true;
     for (int k = 0; k < n; k++) mmf = mmf && (!ws[k]->qs || mmf_chunk(b, ws[k], T));
     if (!mmf) {
@@ -91,7 +91,7 @@ static int gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const
 /* A whole matrix, in row tiles that fit the dequantization buffer. */
 int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
     if (!w->qs) return 0;
-    if (mmf_chunk(b, w, T)) return gemm_set(b, &w, &Y, &ldy, 1, A, T);
+    if (mmf_chunk(b, w, T)) return cuda_gemm_set(b, &w, &Y, &ldy, 1, A, T);
     const size_t elem = b->fast ? 2 : 4;
     int64_t tile = rows_in_place(b, w) ? w->rows : (int64_t)(b->wk->wtmp_bytes / ((size_t)w->cols * elem));
     if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");
@@ -138,7 +138,7 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
         float *const gu_y[] = {b->wk->ff, b->wk->fu};
         const int64_t gu_ld[] = {b->F, b->F};
-        RC(gemm_set(b, gu, gu_y, gu_ld, 2, A, T));
+        RC(cuda_gemm_set(b, gu, gu_y, gu_ld, 2, A, T));
         CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T, x));
         return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, b->wk->t, b->E, T);
     } else { /* after down of layer l */
@@ -160,7 +160,7 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     const mu_cu_weight *qkvg[] = {&D->wq, &D->wk, &D->wv, &D->wgate};
     float *const qkvg_y[] = {b->wk->q, b->wk->k, b->wk->v, b->wk->g};
     const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
-    RC(gemm_set(b, qkvg, qkvg_y, qkvg_ld, 4, A, T));
+    RC(cuda_gemm_set(b, qkvg, qkvg_y, qkvg_ld, 4, A, T));
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
     CU_CHECK(mu_cu_qkv_post_launch(&qp, x));
     RC(cuda_attention(b, b, l, T, 0, cuda_recs(b), b->split_pre, NULL, f, false, NULL, 1));
