@@ -840,7 +840,7 @@ int main(void) {
         printf(" matvec grid %s:\n", g_cap ? "capped at 1 block" : "uncapped");
         test_matvec();
         test_matvec_rows_fast();
-        test_mmq();
+        test_mmf();
         test_gateup();
         test_resnorm();
         test_logits();

@@ -18,9 +18,9 @@
  *     weights (the default up to tuning batch_fast_rows): int8 inputs as in
  *     the one-row decode, so against exact-lane twins its mean KL is at most
  *     1.5x the one-row decode's, and top-1 agrees with it (90%), 4 rows and
- *     17 (launches of several rows each); on tensor cores (more rows than
- *     batch_fast_rows without the f16 cache: f16 up to batch_mmf_rows, 2,
- *     4, 9 and 33 rows; int8 above, 5 and 17 rows: the same bound); through
+ *     17 (launches of several rows each); on the f16 tensor cores (more
+ *     rows than batch_fast_rows without the f16 cache: 2, 4, 5, 9, 17 and
+ *     33 rows, tiles of 8 to 64: the same bound); through
  *     the f16 GEMMs (batch_fast_rows=0 with batch_mmq=0 or
  *     prefill_cache=1): finite logits and top-1 agreement (90%);
  *   rows fed one by one (fewer than the exact lane's default 6, or
@@ -168,12 +168,11 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     const char *name = lane == MUSER_LANE_FAST ? "fast" : "exact";
     const char *kvn = kv == MUSER_KV_F16 ? "f16" : "f32";
     const char *tune = getenv("MUSER_CUDA_TUNE");
-    const int fast_rows = tune_value(tune, "batch_fast_rows", 3); /* (the tuning's defaults) */
+    const int fast_rows = tune_value(tune, "batch_fast_rows", 2); /* (the tuning's defaults) */
     const bool cache = tune_value(tune, "prefill_cache", 0) != 0;
-    const bool mmq = lane == MUSER_LANE_FAST && n > fast_rows && tune_value(tune, "batch_mmq", 1) && !cache;
-    const bool gemm = lane == MUSER_LANE_FAST ? n > fast_rows && !mmq : !tune_value(tune, "batch_exact_rows", 0);
-    const bool f16tc = n <= tune_value(tune, "batch_mmf_rows", 8);
-    const char *how = gemm ? "GEMMs" : mmq ? (f16tc ? "tensor cores f16" : "tensor cores int8") : "B-row matvec";
+    const bool tc = lane == MUSER_LANE_FAST && n > fast_rows && tune_value(tune, "batch_mmq", 1) && !cache;
+    const bool gemm = lane == MUSER_LANE_FAST ? n > fast_rows && !tc : !tune_value(tune, "batch_exact_rows", 0);
+    const char *how = gemm ? "GEMMs" : tc ? "tensor cores f16" : "B-row matvec";
     printf("rows %2d, batch %2d, %-5s lane, kv %s, %-12s: max |batched - single| = %.3g, max KL %.3g, top-1 changes "
            "%d / %d",
            n, n_batch, name, kvn, how, worst, worst_kl, top1_diff, rows);
@@ -225,16 +224,15 @@ static void run_model(const char *path) {
     batch_vs_single(m, V, 17, MUSER_LANE_EXACT, MUSER_KV_F32, 32, false);
     batch_vs_single(m, V, 6, MUSER_LANE_EXACT, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 4, MUSER_LANE_FAST, MUSER_KV_F16, 16, false); /* f16 tensor cores */
-    batch_vs_single(m, V, 3, MUSER_LANE_FAST, MUSER_KV_F16, 16, false); /* B-row matvec */
+    batch_vs_single(m, V, 2, MUSER_LANE_FAST, MUSER_KV_F16, 16, false); /* B-row matvec */
     batch_vs_single(m, V, 3, MUSER_LANE_EXACT, MUSER_KV_F32, 16, true); /* too few: one by one */
     setenv("MUSER_CUDA_TUNE", "batch_fast_rows=32", 1); /* 17 rows: two launches */
     batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
-    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=2,batch_mmf_rows=0", 1); /* int8 tensor cores: tiles of 8 and 32 */
-    batch_vs_single(m, V, 5, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
-    batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
-    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=1,batch_mmf_rows=64", 1); /* f16 tensor cores: tiles of 8, 16, 64 */
+    setenv("MUSER_CUDA_TUNE", "batch_fast_rows=1", 1); /* f16 tensor cores: tiles of 8, 16, 32, 64 */
     batch_vs_single(m, V, 2, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
+    batch_vs_single(m, V, 5, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
     batch_vs_single(m, V, 9, MUSER_LANE_FAST, MUSER_KV_F16, 16, false);
+    batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
     batch_vs_single(m, V, 33, MUSER_LANE_FAST, MUSER_KV_F16, 64, false);
     setenv("MUSER_CUDA_TUNE", "batch_min_fast=2,batch_min_exact=2", 1);
     batch_vs_single(m, V, 2, MUSER_LANE_EXACT, MUSER_KV_F32, 16, false);

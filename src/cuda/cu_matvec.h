@@ -126,7 +126,7 @@ typedef struct mu_cu_mvr {
                               (f32, quantized while staged)                  */
     int64_t ldx;           /* elements between rows of x and q (ds: ldx / 8 floats) */
     int nrows;
-    float *part;           /* mu_cu_mmq_set: room for the partial sums of K split over
+    float *part;           /* mu_cu_mmf_set: room for the partial sums of K split over
                               more warps (NULL: no split)                      */
     int64_t part_cap;      /* floats at part                                   */
     const void *xp;        /* mu_cu_mmf_set: the inputs as mu_cu_mmf_pack wrote them */
@@ -136,16 +136,14 @@ typedef struct mu_cu_mvr {
 int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_input);
 cudaError_t mu_cu_matvec_rows_fast(const mu_cu_mvr *a, const mu_cu_exec *x);
 
-/* Batched fast lane on tensor cores (cu_mmq.cu), K-quants: y_s[t][r] =
- * W_s[r] . x~[t] for the tokens t < a->nrows and the segments s (one type
- * and column count), x~ the int8 groups of 16 (act.q [T][ldx], act.ds
- * [T][ldx/16][2]); one launch (and one more to add the K splits' partials
- * where a->part is given and the grid is small). */
-int mu_cu_mmq_ok(uint32_t type, int64_t cols);
-cudaError_t mu_cu_mmq_set(const mu_cu_mvr *a, const mu_cu_exec *x);
-/* The same on tensor cores in f16 (cu_mmf.cu): the weights dequantized to
- * f16 in registers, the inputs f16 packed by mu_cu_mmf_pack (x [T][ldx]
- * f32, K columns) into xp, mu_gpu_mmf_halves(K, T) halves (cuda_plan.h). */
+/* Batched fast lane on tensor cores in f16 (cu_mmf.cu), K-quants: y_s[t][r]
+ * = W_s[r] . x[t] for the tokens t < a->nrows and the segments s (one type
+ * and column count), the weights dequantized to f16 in registers, the
+ * inputs f16 packed by mu_cu_mmf_pack (x [T][ldx] f32, K columns) into xp,
+ * mu_gpu_mmf_halves(K, T) halves (cuda_plan.h); one launch (and one more
+ * to add the K splits' partials where a->part is given and the grid is
+ * small). mmf_ok: the types and column counts it takes. */
+int mu_cu_mmf_ok(uint32_t type, int64_t cols);
 cudaError_t mu_cu_mmf_pack(const float *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e);
 cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t K, int T, void *xp, const mu_cu_exec *e);
 cudaError_t mu_cu_mmf_set(const mu_cu_mvr *a, const mu_cu_exec *x);

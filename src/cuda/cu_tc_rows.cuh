@@ -1,7 +1,7 @@
-/* cu_tc_rows.cuh — what the two tensor-core batches (cu_mmq.cu: int8
- * inputs; cu_mmf.cu: f16) share: a row space of segments cut into groups
- * of 16 rows, K split over grid.z where the grid is small, and the second
- * launch that adds the splits' partial sums in order (deterministic). */
+/* cu_tc_rows.cuh — the tensor-core batch's (cu_mmf.cu) row space: segments
+ * cut into groups of 16 rows, K split over grid.z where the grid is small,
+ * and the second launch that adds the splits' partial sums in order
+ * (deterministic). */
 #ifndef MU_CU_TC_ROWS_CUH
 #define MU_CU_TC_ROWS_CUH
 

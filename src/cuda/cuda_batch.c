@@ -15,7 +15,6 @@ typedef enum {
     MM_GEMM,       /* the prefill GEMMs (fast lane: f16 inputs; exact lane: f32) */
     MM_EXACT_ROWS, /* exact lane: the B-row matvec, f32 inputs, each row's one-row arithmetic */
     MM_FAST_ROWS,  /* fast lane: the B-row matvec, int8 inputs staged per row */
-    MM_MMQ,        /* fast lane: int8 inputs times the K-quants on tensor cores (mu_cu_mmq_set) */
     MM_MMF,        /* fast lane: f16 inputs times the K-quants dequantized in registers on tensor cores */
 } mm_route;
 
@@ -40,28 +39,26 @@ static bool fast_rows_every(const cuda_backend *b) {
 }
 
 /* Fast lane: up to batch_fast_rows rows the B-row matvec; more the GEMMs
- * over the f16 cache where it is resident, else on tensor cores where
- * batch_mmq (f16 up to batch_mmf_rows rows, int8 above; the matrices
- * without a tensor-core kernel through the B-row matvec), else GEMMs over
- * weights dequantized every step. */
+ * over the f16 cache where it is resident, else on the f16 tensor cores
+ * where batch_mmq (the matrices without a tensor-core kernel through the
+ * B-row matvec), else GEMMs over weights dequantized every step. */
 static mm_route batch_route(const cuda_backend *b, int T) {
     if (!b->fast) return b->tune.batch_exact_rows ? MM_EXACT_ROWS : MM_GEMM;
     if (!fast_rows_every(b)) return MM_GEMM;
     if (T <= b->tune.batch_fast_rows) return MM_FAST_ROWS;
-    if (!b->tune.batch_mmq || b->w->f16mem) return MM_GEMM;
-    return T <= b->tune.batch_mmf_rows ? MM_MMF : MM_MMQ;
+    return !b->tune.batch_mmq || b->w->f16mem ? MM_GEMM : MM_MMF;
 }
 
 /* Y_k = A . W_k^T for T rows and the n matrices of one input (row strides
  * ldx of A, ldy[k] of Y_k). A: f16 [T][ldx] (MM_GEMM, fast lane), f32
  * [T][ldx] (exact lane; MM_FAST_ROWS with aq NULL: quantized while staged),
- * with aq/ads its int8 groups where the producer wrote them (MM_MMQ: always).
- * MM_FAST_ROWS and MM_MMQ run the matrices of one type in one launch (MM_MMQ
+ * with aq/ads its int8 groups where the producer wrote them (MM_MMF: always).
+ * MM_FAST_ROWS and MM_MMF run the matrices of one type in one launch (MM_MMF
  * those without a tensor-core kernel as MM_FAST_ROWS). */
 static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws, float *const *ys,
                   const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
     for (int k = 0; route == MM_MMF && k < n; k++)
-        if (ws[k]->qs && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) { /* the inputs packed as f16 (A: f32) */
+        if (ws[k]->qs && mu_cu_mmf_ok(ws[k]->type, ws[k]->cols)) { /* the inputs packed as f16 (A: f32) */
             CU_CHECK(mu_cu_mmf_pack((const float *)A, ldx, ws[k]->cols, T, b->wk->mmf_x, &b->exec));
             break;
         }
@@ -81,8 +78,8 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
         r.act = cuda_act(aq ? NULL : (const float *)A, aq, ads);
         r.ldx = ldx;
         r.nrows = T;
-        r.part = b->wk->mmq_part;
-        r.part_cap = CUDA_MMQ_PART;
+        r.part = b->wk->tc_part;
+        r.part_cap = CUDA_TC_PART;
         r.xp = b->wk->mmf_x;
         for (int j = k; j < n; j++) {
             if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
@@ -91,8 +88,7 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
             r.seg[r.nseg++].ldy = ldy[j];
             done[j] = true;
         }
-        if (route == MM_MMQ && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmq_set(&r, &b->exec));
-        else if (route == MM_MMF && mu_cu_mmq_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
+        if (route == MM_MMF && mu_cu_mmf_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
         else CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
     }
     return 0;
@@ -155,9 +151,9 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
     const mu_cu_exec *x = &b->exec;
     const mm_route route = batch_route(b, T);
     const bool f16 = b->fast && route == MM_GEMM; /* f16 inputs for the GEMMs */
-    const bool rows8 = route == MM_FAST_ROWS || route == MM_MMQ || route == MM_MMF; /* the normed inputs' int8 groups */
-    const bool mmq = route == MM_MMQ || route == MM_MMF; /* Wo's and down's int8 inputs in bq (MM_MMF: for the
-                                                           B-row matvec of a matrix without a tensor-core kernel) */
+    const bool rows8 = route == MM_FAST_ROWS || route == MM_MMF; /* the normed inputs' int8 groups */
+    const bool tc = route == MM_MMF; /* Wo's and down's int8 inputs in bq for the B-row matvec of a matrix
+                                        without a tensor-core kernel */
     const int8_t *aq = rows8 ? b->wk->aq : NULL;
     const float *ads = rows8 ? b->wk->ads : NULL;
     const int cap = rows_attention_cap(rows, T);
@@ -184,20 +180,20 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         if (cap > 0) RC(batch_attention_rows(b, l, T, cap, f16));
         else
             for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
-        if (mmq && !(route == MM_MMF && mu_cu_mmq_ok(D->wo.type, D->wo.cols)))
+        if (tc && !mu_cu_mmf_ok(D->wo.type, D->wo.cols))
             CU_CHECK(mu_cu_quantize_rows(b->wk->o, b->wk->bq, b->wk->bds, b->Q, T, x));
-        RC(mm_one(b, route, &D->wo, b->wk->t, b->E, f16 ? (const void *)b->wk->o16 : (const void *)b->wk->o, mmq ? b->wk->bq : NULL,
-                  mmq ? b->wk->bds : NULL, b->Q, T));
+        RC(mm_one(b, route, &D->wo, b->wk->t, b->E, f16 ? (const void *)b->wk->o16 : (const void *)b->wk->o, tc ? b->wk->bq : NULL,
+                  tc ? b->wk->bds : NULL, b->Q, T));
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
         float *const gu_y[] = {b->wk->ff, b->wk->fu};
         const int64_t gu_ld[] = {b->F, b->F};
         RC(mm_set(b, route, gu, gu_y, gu_ld, 2, A, aq, ads, b->E, T));
         CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f16 ? b->wk->f16b : NULL, b->F, T, x));
-        if (mmq && !(route == MM_MMF && mu_cu_mmq_ok(D->ffn_down.type, D->ffn_down.cols)))
+        if (tc && !mu_cu_mmf_ok(D->ffn_down.type, D->ffn_down.cols))
             CU_CHECK(mu_cu_quantize_rows(b->wk->ff, b->wk->bq, b->wk->bds, b->F, T, x));
         RC(mm_one(b, route, &D->ffn_down, b->wk->t, b->E, f16 ? (const void *)b->wk->f16b : (const void *)b->wk->ff,
-                  mmq ? b->wk->bq : NULL, mmq ? b->wk->bds : NULL, b->F, T));
+                  tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->F, T));
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_ffn_norm, next, f16), T, x));
     }

@@ -110,7 +110,7 @@ typedef struct prof_state {
  * f32 unless said. */
 /* floats of partial sums for the tensor-core batch's K splits (decode-size
  * batches: 4 splits of q, k, v and the gate of the 30B over 32 rows need 1.1 M) */
-#define CUDA_MMQ_PART (2 << 20)
+#define CUDA_TC_PART (2 << 20)
 
 /* The work buffers of a session's steps that grow with its chunk (T rows),
  * with the stream and cuBLAS handle they are used on: held once by all the
@@ -140,7 +140,7 @@ typedef struct cu_work {
     int8_t *bq;           /* [T][max(Q, F)] batched steps on tensor cores: the int8 groups of
                              Wo's and down's inputs                                   */
     float *bds;           /* [T][max(Q, F)/16][2]                                    */
-    float *mmq_part;      /* [CUDA_MMQ_PART] partial sums of the tensor-core batch's K splits */
+    float *tc_part;      /* [CUDA_TC_PART] partial sums of the tensor-core batch's K splits */
     void *mmf_x;          /* mu_gpu_mmf_halves(max(E, Q, F), T) f16: the f16 tensor-core batch's packed inputs */
     uint64_t mmf_x_halves; /* their room */
     float *t;             /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8

@@ -48,7 +48,7 @@ static int gemm(cuda_backend *b, const mu_cu_weight *w, int64_t r0, int64_t nrow
 /* Whether a short chunk (a verify block) multiplies w on the f16 tensor-core
  * batch over its quantized blocks instead of dequantized tiles. */
 static bool mmf_chunk(const cuda_backend *b, const mu_cu_weight *w, int T) {
-    return b->fast && w->qs && !w->f16 && T <= b->tune.prefill_mmf_rows && mu_cu_mmq_ok(w->type, w->cols) &&
+    return b->fast && w->qs && !w->f16 && T <= b->tune.prefill_mmf_rows && mu_cu_mmf_ok(w->type, w->cols) &&
            mu_gpu_mmf_halves((uint64_t)w->cols, (uint64_t)T) <= b->wk->mmf_x_halves;
 }
 
@@ -81,8 +81,8 @@ int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *
         r.nrows = T;
         r.ldx = cols;
         r.xp = b->wk->mmf_x;
-        r.part = b->wk->mmq_part;
-        r.part_cap = CUDA_MMQ_PART;
+        r.part = b->wk->tc_part;
+        r.part_cap = CUDA_TC_PART;
         CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
     }
     return 0;

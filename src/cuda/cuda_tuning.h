@@ -40,17 +40,17 @@ typedef struct mu_cuda_tuning {
                              activation loads) */
     int batch_fast_rows;  /* fast lane: batched steps of up to this many rows through the B-row matvec over the
                              quantized weights (int8 inputs staged per row; 0: never), more on tensor cores or GEMMs
-                             (one H200, 30B: 2 rows 10.7 ms against 13.4 on the f16 tensor cores, 4 rows 15.1
-                             against 13.6) */
-    int batch_mmq;        /* fast lane, no f16 cache: batched steps above batch_fast_rows on tensor cores over the
-                             quantized K-quant weights (other types through the B-row matvec) instead of GEMMs over
-                             weights dequantized every step */
-    int batch_mmf_rows;   /* ... up to this many rows the f16 tensor cores (cu_mmf.cu), more the int8 ones
-                             (cu_mmq.cu); one H200, 30B, step ms f16 / int8: 8 rows 14.2 / 19.6, 16 29.8 /
-                             28.4, 32 68.1 / 62.1, 64 150.6 / 105.9 */
+                             (one H100, 30B, step ms B-row / f16 tensor cores: 2 rows 9.53 / 11.81, 3 rows 12.09 /
+                             11.92, 4 rows 12.06 / 12.13) */
+    int batch_mmq;        /* fast lane, no f16 cache: batched steps above batch_fast_rows on the f16 tensor cores
+                             over the quantized K-quant weights (cu_mmf.cu; other types through the B-row matvec)
+                             instead of GEMMs over weights dequantized every step. (An int8 tensor-core batch lost at
+                             every width from 2 to 128 rows: one H100, 30B, 16 rows 30.09 ms against 17.05, 64 rows
+                             107.6 against 72.2, 128 rows 184.3 against 140.6) */
     int prefill_mmf_rows; /* fast lane, no f16 copy: prefill chunks (verify blocks) of up to this many rows on the
                              f16 tensor-core batch over the quantized weights instead of GEMMs over tiles dequantized
-                             per matrix */
+                             per matrix (one H100, 30B, tok/s: 16 rows 1070.7 against 332.8, 32 rows 1274.4 against
+                             657.9, 64 rows 1008.1 against 1298.1) */
     int prefill_cache;    /* fast lane: f16 copies of every matrix (3.3x the quantized bytes) for the prefill and
                              batched GEMMs; 0 never, -1 where they fit with 3 GB to spare, 1 always (refuses to
                              start where they do not fit). One H100, 30B: pp512 8,757 tok/s with them, 6,169

@@ -273,21 +273,18 @@ extern "C" int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void
     return 0;
 }
 
-extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
-                                const float *x, int T, bool split, bool f16, float *y, int8_t *xq, float *xds) {
+extern "C" int mu_cuda_test_mmf(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
+                                const float *x, int T, bool split, float *y) {
     Pool pool;
     const size_t n = (size_t)T * (size_t)cols;
     int64_t total = 0;
     for (int s = 0; s < nseg; s++) total += rows[s];
     float *dx = pool.up(x, n);
-    int8_t *q = pool.get<int8_t>(n, 0x7f);
-    float *ds = pool.get<float>(n / 8, 0xff);
     float *dy = pool.get<float>((size_t)T * total, 0xff);
     const int64_t part_cap = 8 * (int64_t)T * total; /* K split up to 8 ways where the grid is small */
     float *part = pool.get<float>((size_t)part_cap, 0xff);
     uint16_t *xp = pool.get<uint16_t>((size_t)mu_gpu_mmf_halves((uint64_t)cols, (uint64_t)T), 0xff);
-    if (!dx || !q || !ds || !dy || !part || !xp) return mu_fail(-8, "cudaMalloc failed");
-    TCK(quantize_rows(dx, q, ds, cols, T, 0));
+    if (!dx || !dy || !part || !xp) return mu_fail(-8, "cudaMalloc failed");
     mu_cu_mvr a;
     memset(&a, 0, sizeof a);
     for (int64_t s = 0, off = 0; s < nseg; off += rows[s], s++) {
@@ -296,21 +293,14 @@ extern "C" int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws
         a.seg[s].ldy = total;
     }
     a.nseg = nseg;
-    a.act.q = q;
-    a.act.ds = ds;
     a.ldx = cols;
     a.nrows = T;
     a.part = split ? part : NULL;
     a.part_cap = part_cap;
-    if (f16) {
-        TCK(mu_cu_mmf_pack(dx, cols, cols, T, xp, &g_x));
-        a.xp = xp;
-        TCK(mu_cu_mmf_set(&a, &g_x));
-    } else
-        TCK(mu_cu_mmq_set(&a, &g_x));
+    TCK(mu_cu_mmf_pack(dx, cols, cols, T, xp, &g_x));
+    a.xp = xp;
+    TCK(mu_cu_mmf_set(&a, &g_x));
     TCK(cudaDeviceSynchronize());
-    RCK(down(xq, q, n));
-    RCK(down(xds, ds, n / 8));
     RCK(down(y, dy, (size_t)T * total));
     return 0;
 }

@@ -43,12 +43,11 @@ int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *const *raws
  * quantizing x while staging: a bit that differs is an error. */
 int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
                                   const float *x, int nrows, float *y, int8_t *xq, float *xds);
-/* The tensor-core batch over nseg matrices of one type (split: K split
- * over more warps where the grid is small): T inputs x ([T][cols])
- * quantized on the device (copied to xq, xds) for mu_cu_mmq_set, or packed
- * as f16 for mu_cu_mmf_set (f16); y [T][total rows]. */
-int mu_cuda_test_mmq(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
-                     const float *x, int T, bool split, bool f16, float *y, int8_t *xq, float *xds);
+/* The f16 tensor-core batch over nseg matrices of one type (split: K split
+ * over more warps where the grid is small): T inputs x ([T][cols]) packed
+ * as f16 for mu_cu_mmf_set; y [T][total rows]. */
+int mu_cuda_test_mmf(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
+                     const float *x, int T, bool split, float *y);
 int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows, int64_t cols, bool to_f16, float *out);
 /* gate/up matvec with fused SwiGLU. */
 int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *up, int64_t F, int64_t cols, const float *x,

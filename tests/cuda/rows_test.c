@@ -38,29 +38,21 @@ static void check_case(int nseg, uint32_t type, const int64_t *rows, int64_t col
     free(x), free(y), free(xq), free(xds);
 }
 
-/* the tensor-core batch: every token's row-dots against the reference
- * (f16: the inputs rounded to f16, the weights' one f16 rounding each in
- * the tolerance) */
-static void check_mmq(int nseg, uint32_t type, const int64_t *rows, int64_t cols, int T, bool split, bool f16) {
+/* the f16 tensor-core batch: every token's row-dots against the reference
+ * (the inputs rounded to f16, the weights' one f16 rounding each in the
+ * tolerance) */
+static void check_mmf(int nseg, uint32_t type, const int64_t *rows, int64_t cols, int T, bool split) {
     void *ws[4];
     int64_t total = 0;
     for (int i = 0; i < nseg; i++) ws[i] = rand_weight(type, rows[i], cols), total += rows[i];
     float *x = malloc(sizeof(float) * (size_t)(cols * T)), *y = malloc(sizeof(float) * (size_t)(total * T));
-    int8_t *xq = malloc((size_t)(cols * T));
-    float *xds = malloc(sizeof(float) * (size_t)(cols * T) / 8);
     for (int t = 0; t < T; t++) rand_vec(x + t * cols, cols, 0.5f + 0.25f * (float)(t % 7));
     for (int64_t i = 0; i < total * T; i++) y[i] = NAN; /* (every output written: NaN fails below) */
-    const int rc = mu_cuda_test_mmq(nseg, type, (const void *const *)ws, rows, cols, x, T, split, f16, y, xq, xds);
-    CHECKF(rc == 0, "mmq%s %s, %d tokens x %lld: %s", f16 ? " f16" : "", mu_type_name(type), T, (long long)cols,
-           muser_last_error());
+    const int rc = mu_cuda_test_mmf(nseg, type, (const void *const *)ws, rows, cols, x, T, split, y);
+    CHECKF(rc == 0, "mmf %s, %d tokens x %lld: %s", mu_type_name(type), T, (long long)cols, muser_last_error());
     int bad = 0;
     double worst = 0;
     for (int t = 0; rc == 0 && t < T; t++) {
-        if (!f16) {
-            bad += rows_off(nseg, (const uint32_t[]){type, type, type, type}, ws, rows, cols, x + t * cols,
-                            xq + t * cols, xds + t * cols / 8, 1, y + t * total, &worst);
-            continue;
-        }
         float *xh = x + t * cols;
         for (int64_t i = 0; i < cols; i++) xh[i] = mu_f16_to_f32(mu_f32_to_f16(xh[i]));
         for (int64_t off = 0, i = 0; i < nseg; off += rows[i], i++)
@@ -74,34 +66,32 @@ static void check_mmq(int nseg, uint32_t type, const int64_t *rows, int64_t cols
                 if (err / tol > worst) worst = err / tol;
             }
     }
-    CHECKF(bad == 0, "mmq%s %s, %d matrices of %lld rows in all x %lld, %d tokens%s: %d row-dots off (worst %.2f x tol)",
-           f16 ? " f16" : "", mu_type_name(type), nseg, (long long)total, (long long)cols, T, split ? ", K split" : "",
-           bad, worst);
-    if (f16 && T == 64 && nseg == 1 && worst > 0) printf("    mmq f16 %s, 64 tokens: worst error %.3f x tol\n", mu_type_name(type), worst);
+    CHECKF(bad == 0, "mmf %s, %d matrices of %lld rows in all x %lld, %d tokens%s: %d row-dots off (worst %.2f x tol)",
+           mu_type_name(type), nseg, (long long)total, (long long)cols, T, split ? ", K split" : "", bad, worst);
+    if (T == 64 && nseg == 1 && worst > 0) printf("    mmf %s, 64 tokens: worst error %.3f x tol\n", mu_type_name(type), worst);
     for (int i = 0; i < nseg; i++) free(ws[i]);
-    free(x), free(y), free(xq), free(xds);
+    free(x), free(y);
 }
 
-void test_mmq(void) {
+void test_mmf(void) {
     const uint32_t types[3] = {MU_TYPE_Q4_K, MU_TYPE_Q5_K, MU_TYPE_Q6_K};
     const int tokens[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 512};
-    for (int f16 = 0; f16 < 2; f16++)
-        for (int ti = 0; ti < 3; ti++) {
-            for (size_t k = 0; k < sizeof tokens / sizeof tokens[0]; k++)
-                check_mmq(1, types[ti], (const int64_t[]){77}, 512, tokens[k], false, f16);
-            /* an odd count of K-blocks (the f16 kernel's spans of two: a half span) */
-            check_mmq(1, types[ti], (const int64_t[]){77}, 768, 9, false, f16);
-            check_mmq(1, types[ti], (const int64_t[]){77}, 1280, 33, true, f16);
-            /* the 30B's width: 26 K-blocks, whole and split */
-            check_mmq(1, types[ti], (const int64_t[]){130}, 6656, 16, false, f16);
-            check_mmq(1, types[ti], (const int64_t[]){130}, 6656, 16, true, f16);
-            /* a row space of four (q, k, v, gate): ragged segments, warps past the end; K split 5 ways */
-            check_mmq(4, types[ti], (const int64_t[]){40, 16, 9, 77}, 768, 5, false, f16);
-            check_mmq(4, types[ti], (const int64_t[]){40, 16, 9, 77}, 2560, 19, true, f16);
-            check_mmq(4, types[ti], (const int64_t[]){40, 16, 9, 77}, 2560, 3, true, f16);
-        }
-    printf("  mmq (tensor cores, int8 and f16): Q4_K, Q5_K, Q6_K x 1-512 tokens, odd K-block counts, ragged row "
-           "blocks, row spaces of 4 matrices, K split\n");
+    for (int ti = 0; ti < 3; ti++) {
+        for (size_t k = 0; k < sizeof tokens / sizeof tokens[0]; k++)
+            check_mmf(1, types[ti], (const int64_t[]){77}, 512, tokens[k], false);
+        /* an odd count of K-blocks (spans of two: a half span) */
+        check_mmf(1, types[ti], (const int64_t[]){77}, 768, 9, false);
+        check_mmf(1, types[ti], (const int64_t[]){77}, 1280, 33, true);
+        /* the 30B's width: 26 K-blocks, whole and split */
+        check_mmf(1, types[ti], (const int64_t[]){130}, 6656, 16, false);
+        check_mmf(1, types[ti], (const int64_t[]){130}, 6656, 16, true);
+        /* a row space of four (q, k, v, gate): ragged segments, warps past the end; K split 5 ways */
+        check_mmf(4, types[ti], (const int64_t[]){40, 16, 9, 77}, 768, 5, false);
+        check_mmf(4, types[ti], (const int64_t[]){40, 16, 9, 77}, 2560, 19, true);
+        check_mmf(4, types[ti], (const int64_t[]){40, 16, 9, 77}, 2560, 3, true);
+    }
+    printf("  mmf (f16 tensor cores): Q4_K, Q5_K, Q6_K x 1-512 tokens, odd K-block counts, ragged row blocks, row "
+           "spaces of 4 matrices, K split\n");
 }
 
 void test_matvec_rows_fast(void) {

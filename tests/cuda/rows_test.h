@@ -3,7 +3,7 @@
 #define MU_ROWS_TEST_H
 
 void test_matvec_rows_fast(void);
-/* the tensor-core batch (mu_cu_mmq_set) */
-void test_mmq(void);
+/* the f16 tensor-core batch (mu_cu_mmf_set) */
+void test_mmf(void);
 
 #endif
