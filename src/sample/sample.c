@@ -171,46 +171,73 @@ static void select_top(cand *c, int n, int k) {
  * and their unnormalized probabilities w[0..n) (malloc'd, *w_out); greedy
  * leaves the argmax alone, weight 1. Returns n; 0 when out of memory (then
  * s->c[0] is the best candidate). */
+/* The top k of the raw logits (no penalties) straight into c[0..k), in one
+ * pass over them: a logit enters only when it ranks above the heap's
+ * lowest (a later id never wins a tie), so most cost one compare and
+ * nothing is written for them. The same set as select_top over every
+ * candidate; NaN counts as -inf. */
+static void top_k_of_logits(cand *c, const float *logits, int V, int k) {
+    for (int i = 0; i < k; i++) {
+        c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
+        c[i].id = i;
+    }
+    for (int i = k / 2 - 1; i >= 0; i--) worst_heap_down(c, k, i);
+    float low = c[0].logit;
+    for (int i = k; i < V; i++) {
+        if (!(logits[i] > low)) continue; /* (NaN too) */
+        c[0].logit = logits[i];
+        c[0].id = i;
+        worst_heap_down(c, k, 0);
+        low = c[0].logit;
+    }
+}
+
 static int distribution(muser_sampler *s, const float *logits, double **w_out) {
     const muser_sampler_params *p = &s->p;
     const int V = s->n_vocab;
     cand *c = s->c;
     int n = V;
     *w_out = NULL;
-    for (int i = 0; i < V; i++) {
-        float l = logits[i];
-        if (s->counts && penalties_on(p) && s->counts[i]) {
-            l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-            l -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
-        }
-        if (isnan(l)) l = -INFINITY;
-        c[i].logit = l;
-        c[i].id = i;
-    }
-    if (p->temperature <= 0.0f) {
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (c[i].logit > c[best].logit) best = i;
-        c[0] = c[best];
-        double *w = malloc(sizeof(double));
-        if (!w) return 0;
-        w[0] = 1.0;
-        *w_out = w;
-        return 1;
-    }
-    if (p->top_k > 0 && p->top_k < n) {
-        select_top(c, n, p->top_k);
+    const bool raw = !(s->counts && penalties_on(p));
+    if (raw && p->temperature > 0.0f && p->top_k > 0 && p->top_k < V) {
+        top_k_of_logits(c, logits, V, p->top_k);
         n = p->top_k;
-    } else if (n > 1024) {
-        /* Without top-k, drop candidates whose probability is below
-         * exp(-40) of the best before sorting: they cannot matter. */
-        float mx0 = -INFINITY;
-        for (int i = 0; i < n; i++) mx0 = c[i].logit > mx0 ? c[i].logit : mx0;
-        const float floor_logit = mx0 - 40.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
-        int m = 0;
-        for (int i = 0; i < n; i++)
-            if (c[i].logit >= floor_logit) c[m++] = c[i];
-        n = m;
+    } else {
+        for (int i = 0; i < V; i++) {
+            float l = logits[i];
+            if (s->counts && penalties_on(p) && s->counts[i]) {
+                l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+                l -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
+            }
+            if (isnan(l)) l = -INFINITY;
+            c[i].logit = l;
+            c[i].id = i;
+        }
+        if (p->temperature <= 0.0f) {
+            int best = 0;
+            for (int i = 1; i < V; i++)
+                if (c[i].logit > c[best].logit) best = i;
+            c[0] = c[best];
+            double *w = malloc(sizeof(double));
+            if (!w) return 0;
+            w[0] = 1.0;
+            *w_out = w;
+            return 1;
+        }
+        if (p->top_k > 0 && p->top_k < n) {
+            select_top(c, n, p->top_k);
+            n = p->top_k;
+        } else if (n > 1024) {
+            /* Without top-k, drop candidates whose probability is below
+             * exp(-40) of the best before sorting: they cannot matter. */
+            float mx0 = -INFINITY;
+            for (int i = 0; i < n; i++) mx0 = c[i].logit > mx0 ? c[i].logit : mx0;
+            const float floor_logit = mx0 - 40.0f * (p->temperature > 1.0f ? p->temperature : 1.0f);
+            int m = 0;
+            for (int i = 0; i < n; i++)
+                if (c[i].logit >= floor_logit) c[m++] = c[i];
+            n = m;
+        }
     }
     /* probabilities at temperature 1 for top-p / min-p, as llama.cpp:
      * exp(l - max) / sum over every candidate. Only the prefix up to
