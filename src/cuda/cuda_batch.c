@@ -49,6 +49,17 @@ static mm_route batch_route(const cuda_backend *b, int T) {
     return !b->tune.batch_mmq || b->w->f16mem ? MM_GEMM : MM_MMF;
 }
 
+void cuda_mvr_take(mu_cu_mvr *r, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n, int k,
+                   bool *done) {
+    for (int j = k; j < n; j++) {
+        if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
+        r->seg[r->nseg].w = *ws[j];
+        r->seg[r->nseg].y = ys[j];
+        r->seg[r->nseg++].ldy = ldy[j];
+        done[j] = true;
+    }
+}
+
 /* Y_k = A . W_k^T for T rows and the n matrices of one input (row strides
  * ldx of A, ldy[k] of Y_k). A: f16 [T][ldx] (MM_GEMM, fast lane), f32
  * [T][ldx] (exact lane; MM_FAST_ROWS with aq NULL: quantized while staged),
@@ -81,13 +92,7 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
         r.part = b->wk->tc_part;
         r.part_cap = CUDA_TC_PART;
         r.xp = b->wk->mmf_x;
-        for (int j = k; j < n; j++) {
-            if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != ws[k]->cols) continue;
-            r.seg[r.nseg].w = *ws[j];
-            r.seg[r.nseg].y = ys[j];
-            r.seg[r.nseg++].ldy = ldy[j];
-            done[j] = true;
-        }
+        cuda_mvr_take(&r, ws, ys, ldy, n, k, done);
         if (route == MM_MMF && mu_cu_mmf_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
         else CU_CHECK(mu_cu_matvec_rows_fast(&r, &b->exec));
     }

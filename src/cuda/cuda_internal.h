@@ -377,6 +377,11 @@ int cuda_tentative_begin(mu_backend *base, int n);
 int cuda_tentative_keep(mu_backend *base, int n_keep);
 
 /* cuda_batch.c */
+/* The matrices ws[k..n) of ws[k]'s type and column count not yet done,
+ * as r's segments (one launch of a kernel that takes a row space of
+ * segments); marks them done. */
+void cuda_mvr_take(mu_cu_mvr *r, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n, int k,
+                   bool *done);
 int cuda_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                        float *const *logits);
 

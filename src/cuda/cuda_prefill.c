@@ -71,13 +71,7 @@ int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *
         packed = true;
         mu_cu_mvr r;
         memset(&r, 0, sizeof r);
-        for (int j = k; j < n; j++) {
-            if (done[j] || !ws[j]->qs || ws[j]->type != ws[k]->type || ws[j]->cols != cols) continue;
-            r.seg[r.nseg].w = *ws[j];
-            r.seg[r.nseg].y = ys[j];
-            r.seg[r.nseg++].ldy = ldy[j];
-            done[j] = true;
-        }
+        cuda_mvr_take(&r, ws, ys, ldy, n, k, done);
         r.nrows = T;
         r.ldx = cols;
         r.xp = b->wk->mmf_x;
