@@ -118,7 +118,8 @@ static int cuda_forward(mu_backend *base, const muser_token *tokens, int T, int 
     RC(cuda_prefill_run(b, T, all_logits));
     RC(cuda_sync_checked(b));
     if (!head) return cuda_copy_hidden(b, T);
-    return all_logits ? cuda_copy_logits(b, b->wk->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
+    return all_logits ? cuda_copy_logits(b, b->wk->logits_all, T, logits, V)
+                      : cuda_copy_logits(b, b->logits, 1, logits, V);
 }
 
 /* A chunk whose rows' greedy choices are made where the logits are (a
@@ -137,7 +138,8 @@ static int cuda_forward_argmax(mu_backend *base, const muser_token *tokens, int 
 static int cuda_logits_row(mu_backend *base, int t, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
     RC(cuda_use_device(b));
-    if (t < 0 || t >= b->wk->logit_rows) return mu_fail(MUSER_ERANGE, "logit row %d of %lld", t, (long long)b->wk->logit_rows);
+    if (t < 0 || t >= b->wk->logit_rows)
+        return mu_fail(MUSER_ERANGE, "logit row %d of %lld", t, (long long)b->wk->logit_rows);
     return cuda_copy_logits(b, b->wk->logits_all + (size_t)t * (size_t)b->V, 1, logits, (size_t)b->V);
 }
 

@@ -187,8 +187,8 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
             for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
         if (tc && !mu_cu_mmf_ok(D->wo.type, D->wo.cols))
             CU_CHECK(mu_cu_quantize_rows(b->wk->o, b->wk->bq, b->wk->bds, b->Q, T, x));
-        RC(mm_one(b, route, &D->wo, b->wk->t, b->E, f16 ? (const void *)b->wk->o16 : (const void *)b->wk->o, tc ? b->wk->bq : NULL,
-                  tc ? b->wk->bds : NULL, b->Q, T));
+        RC(mm_one(b, route, &D->wo, b->wk->t, b->E, f16 ? (const void *)b->wk->o16 : (const void *)b->wk->o,
+                  tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->Q, T));
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
         float *const gu_y[] = {b->wk->ff, b->wk->fu};
@@ -240,7 +240,8 @@ int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, co
     RC(run_batch(b, rows, n));
     RC(cuda_sync_checked(b));
     if (!mu_model_heads(b->m)) return cuda_copy_hidden(b, n); /* (into the leader's crossing rows) */
-    for (int i = 0; i < n; i++) RC(cuda_copy_logits(b, b->wk->logits_all + (size_t)i * b->V, 1, logits[i], (size_t)b->V));
+    for (int i = 0; i < n; i++)
+        RC(cuda_copy_logits(b, b->wk->logits_all + (size_t)i * b->V, 1, logits[i], (size_t)b->V));
     return 0;
 }
 

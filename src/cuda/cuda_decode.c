@@ -59,7 +59,8 @@ int cuda_head_matvec(cuda_backend *b, int row, bool decode, prof_state *p) {
     const int64_t off = (int64_t)row * b->E;
     mu_cu_mv a;
     cuda_mv_init(&a, b, MU_CU_EPI_LOGITS,
-                 cuda_act(b->wk->ax + off, b->fast ? b->wk->aq + off : NULL, b->fast ? b->wk->ads + off / 16 * 2 : NULL));
+                 cuda_act(b->wk->ax + off, b->fast ? b->wk->aq + off : NULL,
+                          b->fast ? b->wk->ads + off / 16 * 2 : NULL));
     cuda_mv_seg(&a, &b->w->output, b->logits);
     if (decode && b->norm_in) {
         const cu_layer *P = &b->w->layers[hp->n_layer - 1];

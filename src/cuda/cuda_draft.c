@@ -43,7 +43,8 @@ static int draft_forward(mu_backend *base, const muser_token *tokens, int T, int
     RC(cuda_prefill_run(b, T, all_logits));              /* (one row too: the decode graph is causal-only) */
     RC(cuda_sync_checked(b));
     const size_t V = (size_t)b->V;
-    return all_logits ? cuda_copy_logits(b, b->wk->logits_all, T, logits, V) : cuda_copy_logits(b, b->logits, 1, logits, V);
+    return all_logits ? cuda_copy_logits(b, b->wk->logits_all, T, logits, V)
+                      : cuda_copy_logits(b, b->logits, 1, logits, V);
 }
 
 /* The block's greedy guesses where its logits are: T ids cross to the host

@@ -148,7 +148,8 @@ typedef struct cu_work {
     float *ff;            /* [T][F] the gate projection, then silu(gate) x up      */
     float *fu;            /* [T][F] the up projection (prefill, batched decode)     */
     uint16_t *a16, *o16, *f16b; /* [T][E], [T][Q], [T][F] f16 GEMM inputs (fast lane) */
-    float *part_m, *part_l; /* [parts] split-K runs' max and sum (parts = max(n_head x split_dec, T x n_head x split_pre)) */
+    float *part_m, *part_l; /* [parts] split-K runs' max and sum (parts = max(n_head x split_dec,
+                               T x n_head x split_pre)) */
     float *part_o;        /* [parts][128] their unnormalized outputs               */
     float *logits_all;    /* [logit_rows][V] prefill with all logits, batched decode (grown on first use) */
     int64_t logit_rows;

@@ -134,7 +134,8 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         const int64_t gu_ld[] = {b->F, b->F};
         RC(cuda_gemm_set(b, gu, gu_y, gu_ld, 2, A, T));
         CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T, x));
-        return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, b->wk->t, b->E, T);
+        return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, b->wk->t, b->E,
+                             T);
     } else { /* after down of layer l */
         const int l = (part - 2) / 2;
         const float *next = l + 1 < L ? b->w->layers[l + 1].attn_norm : b->w->output_norm;

@@ -164,7 +164,8 @@ static int tp_enqueue(tp_backend *t) {
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
             if (part + 1 < parts)
-                NCCL_CHECK(g_nccl.AllReduce(r->wk->t, r->wk->t, (size_t)r->E, ncclFloat32, ncclSum, t->comm[i], r->exec.stream));
+                NCCL_CHECK(g_nccl.AllReduce(r->wk->t, r->wk->t, (size_t)r->E, ncclFloat32, ncclSum, t->comm[i],
+                                            r->exec.stream));
             else /* the packed (logit, ~index) keys: the largest wins everywhere */
                 NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->exec.stream));
         }
@@ -275,8 +276,8 @@ static int tp_prefill(tp_backend *t, const muser_token *tokens, int T, int pos0,
         for (int i = 0; i < t->n; i++) {
             cuda_backend *r = t->r[i];
             if (part + 1 < parts)
-                NCCL_CHECK(g_nccl.AllReduce(r->wk->t, r->wk->t, (size_t)T * (size_t)r->E, ncclFloat32, ncclSum, t->comm[i],
-                                            r->exec.stream));
+                NCCL_CHECK(g_nccl.AllReduce(r->wk->t, r->wk->t, (size_t)T * (size_t)r->E, ncclFloat32, ncclSum,
+                                            t->comm[i], r->exec.stream));
             else
                 NCCL_CHECK(g_nccl.AllReduce(r->d_best, r->d_best, 1, ncclUint64, ncclMax, t->comm[i], r->exec.stream));
         }
