@@ -1,13 +1,13 @@
 /* cuda_work.c — the work buffers of a session's steps that grow with its
  * chunk (activations of T rows, split-K partials, the chunk's logits
- * (cuda_logit_rows_reserve), the dequantized tiles), held once by the one-GPU sessions of a model with
- * the same chunk, context split and lane. `muser serve --parallel 16`
- * opens 16 sessions; each kept its own 1.2 GB of such buffers on the 30B,
- * though its worker runs one session's step at a time and nothing in them
- * outlives a call. The sessions that share them also share their stream
- * (and the cuBLAS handle bound to it), so their steps are ordered on the
- * GPU as well as on the host. Each session keeps its KV cache, step
- * records, one-row buffers and graphs.
+ * (cuda_logit_rows_reserve), the dequantized tiles), held once by the
+ * one-GPU sessions of a model with the same chunk, context split and lane:
+ * the sessions of `muser serve --parallel N` would each hold about 1.2 GB
+ * of them on the 30B, though the server's worker runs one session's call
+ * at a time and nothing in them outlives a call. The sessions that share
+ * them also share their stream (and the cuBLAS handle bound to it), so
+ * their steps are ordered on the GPU as well as on the host. Each session
+ * keeps its KV cache, step records, one-row buffers and graphs.
  */
 #include <pthread.h>
 #include <stdlib.h>
