@@ -440,6 +440,29 @@ static inline cudaError_t current_device(int *dev) {
     return *dev < 0 || *dev >= MU_CU_MAX_DEVICES ? cudaErrorInvalidDevice : cudaSuccess;
 }
 
+/* The current device's SM count and shared memory (what a block may opt
+ * in to, what an SM has), read once per device: launchers size their
+ * grids and shared-memory stages by them. */
+typedef struct mu_cu_shape {
+    int sms, smem_block, smem_sm;
+} mu_cu_shape;
+static inline cudaError_t device_shape(mu_cu_shape *out) {
+    static mu_cu_shape known[MU_CU_MAX_DEVICES];
+    int dev = 0;
+    cudaError_t e = current_device(&dev);
+    if (e != cudaSuccess) return e;
+    mu_cu_shape s = known[dev];
+    if (!s.sms) {
+        e = cudaDeviceGetAttribute(&s.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&s.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return e;
+        known[dev] = s;
+    }
+    *out = s;
+    return cudaSuccess;
+}
+
 /* Launches on x's stream, with the programmatic-serialization attribute
  * when x->pdl (the kernel may start while its predecessor drains);
  * cluster_x > 1: in clusters of that many blocks along x, refused where

@@ -47,18 +47,19 @@ __global__ void __launch_bounds__(512, 1) mvr_kernel(const __grid_constant__ mu_
 template <class P, int NR>
 static cudaError_t launch_mvr(const mu_cu_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy, int nrows,
                               const mu_cu_exec *ex) {
-    static int sms[MU_CU_MAX_DEVICES], fit[MU_CU_MAX_DEVICES];
+    static int fit[MU_CU_MAX_DEVICES];
     int dev = 0;
+    mu_cu_shape d;
     cudaError_t e = current_device(&dev);
+    if (e == cudaSuccess) e = device_shape(&d);
     if (e != cudaSuccess) return e;
-    if (!sms[dev]) {
-        e = cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mvr_kernel<P, NR>, 512, 0);
+    if (!fit[dev]) {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[dev], mvr_kernel<P, NR>, 512, 0);
         if (e != cudaSuccess) return e;
         if (fit[dev] < 1) fit[dev] = 1;
     }
     int64_t blocks = (w->rows + 15) / 16;
-    const int64_t most = (int64_t)sms[dev] * fit[dev];
+    const int64_t most = (int64_t)d.sms * fit[dev];
     if (blocks > most) blocks = most;
     return launch_pdl(mvr_kernel<P, NR>, dim3((unsigned)blocks), dim3(512), 0, ex, *w, x, ldx, y, ldy, nrows);
 }
@@ -165,24 +166,6 @@ __global__ void __launch_bounds__(MVRF_WARPS * 32, NR <= 4 ? 2 : 1) mvrf_kernel(
     }
 }
 
-/* the current device's SM count and shared memory a block may opt in to */
-static cudaError_t mvrf_device(int *sms_out, int *optin_out) {
-    static int sms[MU_CU_MAX_DEVICES], optin[MU_CU_MAX_DEVICES];
-    int dev = 0;
-    cudaError_t e = current_device(&dev);
-    if (e != cudaSuccess) return e;
-    if (!sms[dev]) {
-        e = cudaDeviceGetAttribute(&optin[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
-        if (e != cudaSuccess) {
-            sms[dev] = 0;
-            return e;
-        }
-    }
-    *sms_out = sms[dev], *optin_out = optin[dev];
-    return cudaSuccess;
-}
-
 /* Launches of up to `per` rows (as many as one block's shared memory holds),
  * the rows dealt evenly over the launches. */
 template <class P, int IN, int NR>
@@ -213,9 +196,10 @@ static cudaError_t mvrf_go(const mu_cu_mvr &c, int sms, int optin, int64_t total
 
 template <class P, int IN>
 static cudaError_t mvrf_launch(const mu_cu_mvr *a, const mu_cu_exec *ex) {
-    int sms = 0, optin = 0;
-    cudaError_t e = mvrf_device(&sms, &optin);
+    mu_cu_shape d;
+    cudaError_t e = device_shape(&d);
     if (e != cudaSuccess) return e;
+    const int sms = d.sms, optin = d.smem_block;
     const size_t sb = mvrf_row_bytes<P>(a->seg[0].w.cols), scratch = mvrf_scratch_bytes<P, IN>(a->seg[0].w.cols);
     int per = (size_t)optin > scratch ? (int)(((size_t)optin - scratch) / sb) : 0;
     if (per > MU_CU_MVRF_MAX) per = MU_CU_MVRF_MAX;
@@ -267,8 +251,9 @@ static cudaError_t mvrf_by_type(uint32_t type, F &&f) {
 }
 
 extern "C" int mu_cu_matvec_rows_fast_ok(uint32_t type, int64_t cols, int quant_input) {
-    int sms = 0, optin = 0;
-    if (mvrf_device(&sms, &optin) != cudaSuccess) return 0;
+    mu_cu_shape d;
+    if (device_shape(&d) != cudaSuccess) return 0;
+    const int optin = d.smem_block;
     return mvrf_by_type(type, [&](auto, auto *pol) -> cudaError_t {
                typedef std::remove_pointer_t<decltype(pol)> P;
                const size_t need = mvrf_row_bytes<P>(cols) +

@@ -391,22 +391,6 @@ extern "C" cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t 
     return mmf_pack(reinterpret_cast<const __half *>(x), ldx, K, T, xp, e);
 }
 
-/* The device's shared memory: the most a block may opt in to, and an SM's. */
-static cudaError_t mmf_smem_limits(size_t *block, size_t *sm) {
-    static int opt[MU_CU_MAX_DEVICES], per_sm[MU_CU_MAX_DEVICES];
-    int dev = 0;
-    cudaError_t e = current_device(&dev);
-    if (e != cudaSuccess) return e;
-    if (!opt[dev]) {
-        e = cudaDeviceGetAttribute(&per_sm[dev], cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&opt[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (e != cudaSuccess) return e;
-    }
-    *block = (size_t)opt[dev];
-    *sm = (size_t)per_sm[dev];
-    return cudaSuccess;
-}
-
 /* One launch with S stages (smem bytes, blocks a SM); K split for enough
  * warps on every SM, at least one span each. */
 template <uint32_t TYPE, int NT, int S>
@@ -443,9 +427,10 @@ static cudaError_t mmf_stages(const mu_cu_mvr *a, const mu_cu_exec *x, size_t pe
  * of them do not fit a block's shared memory (GPUs with less of it). */
 template <uint32_t TYPE>
 static cudaError_t mmf_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
-    size_t per_block = 0, per_sm = 0;
-    const cudaError_t e = mmf_smem_limits(&per_block, &per_sm);
+    mu_cu_shape d;
+    const cudaError_t e = device_shape(&d);
     if (e != cudaSuccess) return e;
+    const size_t per_block = (size_t)d.smem_block, per_sm = (size_t)d.smem_sm;
     int nt = a->nrows <= 8 ? 1 : (a->nrows <= 16 ? 2 : (a->nrows <= 32 ? 4 : 8));
     while (nt > 1 && 2 * mmf_stage_bytes<TYPE>(nt) > per_block) nt /= 2;
     if (2 * mmf_stage_bytes<TYPE>(nt) > per_block) return cudaErrorNotSupported;
