@@ -205,7 +205,7 @@ static int distribution(muser_sampler *s, const float *logits, double **w_out) {
     } else {
         for (int i = 0; i < V; i++) {
             float l = logits[i];
-            if (s->counts && penalties_on(p) && s->counts[i]) {
+            if (!raw && s->counts[i]) {
                 l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
                 l -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
             }
