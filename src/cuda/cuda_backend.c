@@ -72,12 +72,22 @@ int cuda_sync_checked(cuda_backend *b) {
 }
 
 /* rows of b->V logits into dst, dst_stride apart (a rank's slice of the vocabulary) */
+/* Row r crosses into pinned half r % 2 while the host copies row r - 1 out
+ * of the other half: the bus and the host's copy overlap. */
 int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, size_t dst_stride) {
-    const size_t bytes = (size_t)b->V * sizeof(float);
-    for (int r = 0; r < rows; r++) {
-        CU_CHECK(cudaMemcpyAsync(b->h_logits, src + (size_t)r * b->V, bytes, cudaMemcpyDeviceToHost, b->exec.stream));
-        CU_CHECK(cudaStreamSynchronize(b->exec.stream));
-        memcpy(dst + (size_t)r * dst_stride, b->h_logits, bytes);
+    const size_t V = (size_t)b->V, bytes = V * sizeof(float);
+    const cudaStream_t st = b->exec.stream;
+    for (int r = 0; r <= rows; r++) {
+        if (r < rows) { /* (half r % 2 was last read by the host's copy of row r - 2, done) */
+            CU_CHECK(cudaMemcpyAsync(b->h_logits + (size_t)(r & 1) * V, src + (size_t)r * V, bytes,
+                                     cudaMemcpyDeviceToHost, st));
+            CU_CHECK(cudaEventRecord(b->logits_ready[r & 1], st));
+        }
+        if (r > 0) {
+            const int h = (r - 1) & 1;
+            CU_CHECK(cudaEventSynchronize(b->logits_ready[h]));
+            memcpy(dst + (size_t)(r - 1) * dst_stride, b->h_logits + (size_t)h * V, bytes);
+        }
     }
     return 0;
 }
@@ -200,6 +210,8 @@ void cuda_rank_free(cuda_backend *b) {
     if (b->h_planes) cudaFreeHost(b->h_planes);
     if (b->h_best) cudaFreeHost(b->h_best);
     if (b->h_logits) cudaFreeHost(b->h_logits);
+    for (int i = 0; i < 2; i++)
+        if (b->logits_ready[i]) cudaEventDestroy(b->logits_ready[i]);
     if (b->h_feat) cudaFreeHost(b->h_feat);
     mu_tentative_free(&b->tentative);
     cuda_work_release(b);     /* (with its stream and cuBLAS handle, by the last of its sessions) */
@@ -517,9 +529,10 @@ static int alloc_activations(cuda_backend *b) {
     if (cudaHostAlloc((void **)&b->h_rec, (size_t)b->rec_stride * T, cudaHostAllocDefault) != cudaSuccess ||
         cudaHostAlloc((void **)&b->h_best, 8, cudaHostAllocDefault) != cudaSuccess ||
         cudaHostAlloc((void **)&b->h_planes, sizeof(void *) * L * 2 * T, cudaHostAllocDefault) != cudaSuccess ||
-        cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4, cudaHostAllocDefault) != cudaSuccess)
+        cudaHostAlloc((void **)&b->h_logits, (size_t)b->V * 4 * 2, cudaHostAllocDefault) != cudaSuccess)
         return mu_fail(MUSER_EBACKEND, "cannot allocate pinned host memory");
     memset(b->h_rec, 0, (size_t)b->rec_stride * T);
+    for (int i = 0; i < 2; i++) CU_CHECK(cudaEventCreateWithFlags(&b->logits_ready[i], cudaEventDisableTiming));
     return 0;
 }
 

@@ -204,7 +204,8 @@ typedef struct cuda_backend {
     float *ods;           /* [Q/16][2]                                             */
     float *t2;            /* [E] down's branch output, tensor parallel with the fused all-reduce */
     float *logits;        /* [V] the decode step's (fixed: the graph holds it)     */
-    float *h_logits;      /* [V] pinned host copy                                  */
+    float *h_logits;      /* [2][V] pinned host halves the logits cross through     */
+    cudaEvent_t logits_ready[2]; /* ... each half's copy done                        */
     unsigned long long *d_best, *h_best; /* the device's token choice: packed (key, ~index) */
     void *d_argmax;       /* forward_argmax: [T_max][MU_CU_ARGMAX_SPLITS] u64 slice keys, then [T_max] int32
                              choices (allocated on first use)                        */
