@@ -7,7 +7,9 @@
 
 #include "cuda/cu_matvec_policy.cuh"
 
+#ifndef TC_WARPS /* (a lab build may set 8: next session's experiment) */
 #define TC_WARPS 4 /* a block: 4 warps, a warp per group of 16 rows */
+#endif
 
 /* The segment and first row of row group g (16 rows of one segment): the
  * segments' groups follow each other (ceil(rows / 16) each). */
