@@ -32,7 +32,7 @@
  * back at the end.
  *
  * Packed inputs xp: [T/8 tiles][spans][33 slots][32 lanes][4] f16.
- * A stage in shared memory: [TC_WARPS][slots][2 rows][32 lanes] uint4 of
+ * A stage in shared memory: [W warps][slots][2 rows][32 lanes] uint4 of
  * weights (mmf_wslots), then [NT][33 slots][32 lanes] uint2 of inputs. */
 #include "cuda/cu_tc_rows.cuh"
 #include "cuda/cuda_plan.h"
@@ -144,8 +144,8 @@ __host__ __device__ constexpr int mmf_wslots() {
 #define MMF_TILE_U2 (MMF_SLOTS * 32) /* uint2 of one tile's inputs of a span (8448 bytes) */
 /* bytes of one stage */
 template <uint32_t TYPE>
-__host__ __device__ constexpr size_t mmf_stage_bytes(int nt) {
-    return (size_t)TC_WARPS * mmf_wslots<TYPE>() * 2 * 32 * 16 + (size_t)nt * MMF_TILE_U2 * 8;
+__host__ __device__ constexpr size_t mmf_stage_bytes(int nt, int warps) {
+    return (size_t)warps * mmf_wslots<TYPE>() * 2 * 32 * 16 + (size_t)nt * MMF_TILE_U2 * 8;
 }
 
 /* Copies span q's lane-blocks of both rows into ws [slots][2][32] (zeros
@@ -179,11 +179,12 @@ __device__ __forceinline__ void mmf_copy_w(uint4 *ws, const mu_cu_weight &w, con
 }
 
 /* Copies span q's packed inputs of the block's n_tiles tiles into xs
- * [NT][MMF_TILE_U2] (every thread of the block a share). */
-template <int NT>
+ * [NT][MMF_TILE_U2] (every thread of the block's W warps a share; the
+ * tiles past n_tiles keep what they held). */
+template <int NT, int W>
 __device__ __forceinline__ void mmf_copy_x(uint2 *xs, const uint2 *xq, int64_t tile_stride, int n_tiles) {
     constexpr int CH = MMF_TILE_U2 / 2; /* 16-byte chunks of a tile */
-    for (int c = threadIdx.x; c < NT * CH; c += TC_WARPS * 32) {
+    for (int c = threadIdx.x; c < NT * CH; c += W * 32) {
         const int n = c / CH, j = c - n * CH;
         if (n < n_tiles)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
@@ -217,10 +218,15 @@ __device__ __forceinline__ void mmf_read_w(KqLane<uint4> (&L)[2], const uint4 *w
     }
 }
 
-/* Span q's 32 (Q6_K) or 33 mmas into acc, from the loaded lane-blocks L. */
-template <uint32_t TYPE, int NT>
+/* Span q's 32 (Q6_K) or 33 mmas a tile into acc, from the loaded
+ * lane-blocks L and the stage's inputs xq (+ lane). Every tile of the
+ * stage is multiplied, also those past the tokens (what they hold is never
+ * written out): no branch stands between the shared-memory loads of a slot
+ * and its mmas, so they issue back to back. One tile accumulates in two
+ * sets (by h) so that consecutive mmas do not wait for each other. */
+template <uint32_t TYPE, int NT, int NA>
 __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool (&ok)[2], int q, int nb,
-                                         const uint2 *xq, int64_t tile_stride, int n_tiles, float (&acc)[NT][4]) {
+                                         const uint2 *xq, float (&acc)[NA][4]) {
     const int tig = threadIdx.x & 3;
     const bool on = 2 * q + (tig >> 1) < nb;
     MmfScales S[2];
@@ -232,22 +238,20 @@ __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool
         for (int k = 0; k < 8; k++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
+                const int slot = (cc * 8 + k) * 2 + h;
+                uint2 bx[NT];
+#pragma unroll
+                for (int n = 0; n < NT; n++) bx[n] = xq[n * MMF_TILE_U2 + slot * 32];
                 uint32_t a0, a2, a1, a3;
                 mmf_weights<TYPE>(L[0], S[0], cc, k, h, a0, a2);
                 mmf_weights<TYPE>(L[1], S[1], cc, k, h, a1, a3);
-                const int slot = (cc * 8 + k) * 2 + h;
 #pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    if (n >= n_tiles) break;
-                    const uint2 bx = xq[n * tile_stride + slot * 32];
-                    mma_f16_m16n8k16(acc[n], a0, a1, a2, a3, bx.x, bx.y);
-                }
+                for (int n = 0; n < NT; n++) mma_f16_m16n8k16(acc[NT == 1 ? h : n], a0, a1, a2, a3, bx[n].x, bx[n].y);
             }
     if (TYPE != MU_TYPE_Q6_K) { /* the min terms of the lane's four sub-blocks */
 #pragma unroll
         for (int n = 0; n < NT; n++) {
-            if (n >= n_tiles) break;
-            const uint2 bx = xq[n * tile_stride + 32 * 32];
+            const uint2 bx = xq[n * MMF_TILE_U2 + 32 * 32];
             mma_f16_m16n8k16(acc[n], S[0].mn[0], S[1].mn[0], S[0].mn[1], S[1].mn[1], bx.x, bx.y);
         }
     }
@@ -256,13 +260,13 @@ __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool
 /* splits > 1: split z's sums into part [splits][T][total rows] (tc_reduce
  * adds them in order); else straight into the segments' y. S stages of
  * mmf_stage_bytes<TYPE>(NT) in dynamic shared memory. */
-template <uint32_t TYPE, int NT, int S>
-__global__ void __launch_bounds__(TC_WARPS * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
+template <uint32_t TYPE, int NT, int S, int W>
+__global__ void __launch_bounds__(W * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
                                                              int splits, float *part, int64_t total) {
     extern __shared__ uint4 mmf_ring[];
     pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int64_t g = (int64_t)blockIdx.x * TC_WARPS + warp; /* past the groups: no rows, but copies and barriers */
+    const int64_t g = (int64_t)blockIdx.x * W + warp; /* past the groups: no rows, but copies and barriers */
     int64_t r0 = 0;
     const int s = tc_locate(a, g, r0);
     const mu_cu_weight &w = a.seg[s].w;
@@ -273,13 +277,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32) mmf_kernel(const __grid_constan
     const int64_t span_stride = MMF_TILE_U2, tile_stride = (int64_t)NS * span_stride;
     const uint2 *xp = reinterpret_cast<const uint2 *>(a.xp) + n0 * tile_stride;
     constexpr int WU = mmf_wslots<TYPE>() * 64;                   /* uint4 of a warp's weights a stage */
-    constexpr int STAGE = (int)(mmf_stage_bytes<TYPE>(NT) / 16); /* uint4 of a stage */
+    constexpr int STAGE = (int)(mmf_stage_bytes<TYPE>(NT, W) / 16); /* uint4 of a stage */
+    constexpr int NA = NT == 1 ? 2 : NT;                             /* accumulator sets */
     uint4 *const wring = mmf_ring + warp * WU;
-    uint2 *const xring = reinterpret_cast<uint2 *>(mmf_ring + TC_WARPS * WU);
+    uint2 *const xring = reinterpret_cast<uint2 *>(mmf_ring + W * WU);
     const uint64_t pol = l2_evict_first();
-    float acc[NT][4];
+    float acc[NA][4];
 #pragma unroll
-    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    for (int n = 0; n < NA; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
     int q0, q1; /* split z's spans */
     tc_split(NS, splits, blockIdx.z, q0, q1);
 #pragma unroll
@@ -288,7 +293,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) mmf_kernel(const __grid_constan
     pdl_wait(); /* the inputs are the predecessor's */
 #pragma unroll
     for (int p = 0; p < S - 1; p++) {
-        if (q0 + p < q1) mmf_copy_x<NT>(xring + 2 * p * STAGE, xp + (q0 + p) * span_stride, tile_stride, n_tiles);
+        if (q0 + p < q1) mmf_copy_x<NT, W>(xring + 2 * p * STAGE, xp + (q0 + p) * span_stride, tile_stride, n_tiles);
         mmf_commit();
     }
     for (int q = q0; q < q1; q++) {
@@ -298,15 +303,18 @@ __global__ void __launch_bounds__(TC_WARPS * 32) mmf_kernel(const __grid_constan
         if (qn < q1) {
             const int st = (qn - q0) % S;
             mmf_copy_w<TYPE>(wring + st * STAGE, w, r, ok, qn, lane, nb, pol);
-            mmf_copy_x<NT>(xring + 2 * st * STAGE, xp + qn * span_stride, tile_stride, n_tiles);
+            mmf_copy_x<NT, W>(xring + 2 * st * STAGE, xp + qn * span_stride, tile_stride, n_tiles);
         }
         mmf_commit();
         const int st = (q - q0) % S;
         KqLane<uint4> L[2];
         mmf_read_w<TYPE>(L, wring + st * STAGE, lane, r, q, nb);
-        mmf_span<TYPE, NT>(L, ok, q, nb, xring + 2 * st * STAGE + lane, MMF_TILE_U2, n_tiles, acc);
+        mmf_span<TYPE, NT, NA>(L, ok, q, nb, xring + 2 * st * STAGE + lane, acc);
     }
     mmf_wait<0>();
+    if (NT == 1)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[0][j] += acc[NA - 1][j];
     float *y = a.seg[s].y;
     int64_t ldy = a.seg[s].ldy;
     if (splits > 1) {
@@ -393,53 +401,66 @@ extern "C" cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t 
 
 /* One launch with S stages (smem bytes, blocks a SM); K split for enough
  * warps on every SM, at least one span each. */
-template <uint32_t TYPE, int NT, int S>
+template <uint32_t TYPE, int NT, int S, int W>
 static cudaError_t mmf_launch(const mu_cu_mvr *a, const mu_cu_exec *x, size_t smem, int blocks_per_sm) {
     static bool raised[MU_CU_MAX_DEVICES];
     int dev = 0;
     cudaError_t e = current_device(&dev);
     if (e != cudaSuccess) return e;
     if (!raised[dev]) {
-        e = cudaFuncSetAttribute(mmf_kernel<TYPE, NT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        e = cudaFuncSetAttribute(mmf_kernel<TYPE, NT, S, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(mmf_kernel<TYPE, NT, S>, cudaFuncAttributePreferredSharedMemoryCarveout,
+            e = cudaFuncSetAttribute(mmf_kernel<TYPE, NT, S, W>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      (int)cudaSharedmemCarveoutMaxShared);
         if (e != cudaSuccess) return e;
         raised[dev] = true;
     }
     const int64_t spans = (a->seg[0].w.cols / 256 + 1) / 2;
-    return tc_launch(mmf_kernel<TYPE, NT, S>, a, x, NT, spans, TC_WARPS * blocks_per_sm, smem);
+    return tc_launch(mmf_kernel<TYPE, NT, S, W>, a, x, W, NT, spans, W * blocks_per_sm, smem);
 }
 
 /* One tile of tokens: three stages where two blocks fit an SM with them;
  * more tiles (or where three do not fit): two stages, as many blocks an SM
- * as fit (one H100, 30B, step ms three / two stages: 8 rows 12.85 / 13.11,
- * 16 rows 17.16 / 15.84, 64 rows 73.2 / 72.7). */
-template <uint32_t TYPE, int NT>
+ * as fit, at most 16 warps (one H100, 30B, step ms three / two stages: 8
+ * rows 12.85 / 13.11, 16 rows 17.16 / 15.84, 64 rows 73.2 / 72.7). */
+template <uint32_t TYPE, int NT, int W>
 static cudaError_t mmf_stages(const mu_cu_mvr *a, const mu_cu_exec *x, size_t per_block, size_t per_sm) {
-    const size_t st = mmf_stage_bytes<TYPE>(NT), two = per_sm / 2 - 1024;
-    if (NT == 1 && 3 * st <= per_block && 3 * st <= two) return mmf_launch<TYPE, NT, 3>(a, x, 3 * st, 2);
-    const int fit = (int)(per_sm / (2 * st + 1024));
-    return mmf_launch<TYPE, NT, 2>(a, x, 2 * st, fit > 4 ? 4 : (fit < 1 ? 1 : fit));
+    const size_t st = mmf_stage_bytes<TYPE>(NT, W), two = per_sm / 2 - 1024;
+    if (NT == 1 && 3 * st <= per_block && 3 * st <= two) return mmf_launch<TYPE, NT, 3, W>(a, x, 3 * st, 2);
+    const int fit = (int)(per_sm / (2 * st + 1024)), most = 16 / W;
+    return mmf_launch<TYPE, NT, 2, W>(a, x, 2 * st, fit > most ? most : (fit < 1 ? 1 : fit));
 }
 
 /* NT tiles of 8 tokens a block by the token count, fewer where two stages
  * of them do not fit a block's shared memory (GPUs with less of it). */
+template <uint32_t TYPE, int W>
+static cudaError_t mmf_tiles(const mu_cu_mvr *a, const mu_cu_exec *x, const mu_cu_shape &d) {
+    const size_t per_block = (size_t)d.smem_block, per_sm = (size_t)d.smem_sm;
+    int nt = a->nrows <= 8 ? 1 : (a->nrows <= 16 ? 2 : (a->nrows <= 32 ? 4 : 8));
+    if (x->mmf_tiles > 0 && nt > x->mmf_tiles) nt = x->mmf_tiles;
+    while (nt > 1 && 2 * mmf_stage_bytes<TYPE>(nt, W) > per_block) nt /= 2;
+    if (2 * mmf_stage_bytes<TYPE>(nt, W) > per_block) return cudaErrorNotSupported;
+    switch (nt) {
+    case 1: return mmf_stages<TYPE, 1, W>(a, x, per_block, per_sm);
+    case 2: return mmf_stages<TYPE, 2, W>(a, x, per_block, per_sm);
+    case 4: return mmf_stages<TYPE, 4, W>(a, x, per_block, per_sm);
+    default: return mmf_stages<TYPE, 8, W>(a, x, per_block, per_sm);
+    }
+}
+
+/* Warps a block: 8 where x->mmf_wide says always, or by default for 8
+ * tiles of tokens where two stages of them fit a block (the inputs' stage
+ * then serves twice the rows); else 4. */
 template <uint32_t TYPE>
-static cudaError_t mmf_tiles(const mu_cu_mvr *a, const mu_cu_exec *x) {
+static cudaError_t mmf_blocks(const mu_cu_mvr *a, const mu_cu_exec *x) {
     mu_cu_shape d;
     const cudaError_t e = device_shape(&d);
     if (e != cudaSuccess) return e;
-    const size_t per_block = (size_t)d.smem_block, per_sm = (size_t)d.smem_sm;
-    int nt = a->nrows <= 8 ? 1 : (a->nrows <= 16 ? 2 : (a->nrows <= 32 ? 4 : 8));
-    while (nt > 1 && 2 * mmf_stage_bytes<TYPE>(nt) > per_block) nt /= 2;
-    if (2 * mmf_stage_bytes<TYPE>(nt) > per_block) return cudaErrorNotSupported;
-    switch (nt) {
-    case 1: return mmf_stages<TYPE, 1>(a, x, per_block, per_sm);
-    case 2: return mmf_stages<TYPE, 2>(a, x, per_block, per_sm);
-    case 4: return mmf_stages<TYPE, 4>(a, x, per_block, per_sm);
-    default: return mmf_stages<TYPE, 8>(a, x, per_block, per_sm);
-    }
+    bool eight = x->mmf_wide == MU_CU_ROUTE_ALWAYS;
+    if (x->mmf_wide == MU_CU_ROUTE_AUTO)
+        eight = a->nrows > 32 && (!x->mmf_tiles || x->mmf_tiles >= 8) &&
+                2 * mmf_stage_bytes<TYPE>(8, 8) <= (size_t)d.smem_block;
+    return eight ? mmf_tiles<TYPE, 8>(a, x, d) : mmf_tiles<TYPE, 4>(a, x, d);
 }
 
 extern "C" int mu_cu_mmf_ok(uint32_t type, int64_t cols) {
@@ -453,9 +474,9 @@ extern "C" cudaError_t mu_cu_mmf_set(const mu_cu_mvr *a, const mu_cu_exec *x) {
             !mu_cu_mmf_ok(a->seg[s].w.type, a->seg[s].w.cols))
             return cudaErrorInvalidValue;
     switch (a->seg[0].w.type) {
-    case MU_TYPE_Q4_K: return mmf_tiles<MU_TYPE_Q4_K>(a, x);
-    case MU_TYPE_Q5_K: return mmf_tiles<MU_TYPE_Q5_K>(a, x);
-    case MU_TYPE_Q6_K: return mmf_tiles<MU_TYPE_Q6_K>(a, x);
+    case MU_TYPE_Q4_K: return mmf_blocks<MU_TYPE_Q4_K>(a, x);
+    case MU_TYPE_Q5_K: return mmf_blocks<MU_TYPE_Q5_K>(a, x);
+    case MU_TYPE_Q6_K: return mmf_blocks<MU_TYPE_Q6_K>(a, x);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -163,6 +163,10 @@ typedef struct mu_cu_exec {
     bool mv_pair;          /* paired staging where it can run (mu_cu_matvec) */
     long long *pair_counts;/* optional [2]: matvec launches that could pair,
                               and those that did (tests: the route ran)     */
+    int mmf_wide;          /* MU_CU_ROUTE_*: tensor-core batch blocks of 8 warps (else 4) */
+    int mmf_tiles;         /* tensor-core batch: at most this many tiles of 8
+                              tokens a block (0: by the token count; tests
+                              set 1 for many block columns)                 */
     bool clusters;         /* thread-block clusters may be launched (the device
                               and the loaded code have them, and the portable
                               paths are not forced: cuda_features.c); a

@@ -7,10 +7,6 @@
 
 #include "cuda/cu_matvec_policy.cuh"
 
-#ifndef TC_WARPS /* (a lab build may set 8: next session's experiment) */
-#define TC_WARPS 4 /* a block: 4 warps, a warp per group of 16 rows */
-#endif
-
 /* The segment and first row of row group g (16 rows of one segment): the
  * segments' groups follow each other (ceil(rows / 16) each). */
 __device__ __forceinline__ int tc_locate(const mu_cu_mvr &a, int64_t g, int64_t &r0) {
@@ -83,19 +79,19 @@ static int tc_splits(const mu_cu_mvr *a, int64_t groups, int64_t tiles, int64_t 
 }
 
 /* One launch of kernel(a, groups, splits, part, total) over the row
- * space: TC_WARPS warps a block (smem bytes of dynamic shared memory), a
+ * space: `warps` warps a block (smem bytes of dynamic shared memory), a
  * warp per 16-row group, grid.y tiles of 8 nt tokens, K split over grid.z
  * (at most max_units splits, enough warps for warps_per_sm), then the
  * in-order sum of the splits. */
 template <class Kernel>
-static cudaError_t tc_launch(Kernel kernel, const mu_cu_mvr *a, const mu_cu_exec *x, int nt, int64_t max_units,
-                             int warps_per_sm, size_t smem) {
+static cudaError_t tc_launch(Kernel kernel, const mu_cu_mvr *a, const mu_cu_exec *x, int warps, int nt,
+                             int64_t max_units, int warps_per_sm, size_t smem) {
     int64_t groups = 0, total = 0;
     for (int s = 0; s < a->nseg; s++) groups += (a->seg[s].w.rows + 15) / 16, total += a->seg[s].w.rows;
     const int64_t tiles = (a->nrows + 8 * nt - 1) / (8 * nt);
     const int S = tc_splits(a, groups, tiles, total, max_units, warps_per_sm);
-    const dim3 grid((unsigned)((groups + TC_WARPS - 1) / TC_WARPS), (unsigned)tiles, (unsigned)S);
-    const cudaError_t e = launch_pdl(kernel, grid, dim3(TC_WARPS * 32), smem, x, *a, groups, S, a->part, total);
+    const dim3 grid((unsigned)((groups + warps - 1) / warps), (unsigned)tiles, (unsigned)S);
+    const cudaError_t e = launch_pdl(kernel, grid, dim3(warps * 32), smem, x, *a, groups, S, a->part, total);
     if (e != cudaSuccess || S == 1) return e;
     return tc_reduce(a, total, S, x);
 }

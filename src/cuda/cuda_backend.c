@@ -455,6 +455,7 @@ void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t) {
     b->exec.pdl = t->pdl && b->feat.pdl;
     b->exec.clusters = b->feat.clusters;
     b->exec.mv_blocks_per_sm = t->mv_blocks_per_sm;
+    b->exec.mmf_wide = t->batch_mmf_wide;
     b->exec.mv_flat = t->flat_gateup;
     b->exec.mv_cut = t->cut_rows;
     b->exec.mv_pair = t->pair_staging && b->feat.clusters;

@@ -25,7 +25,7 @@ namespace {
 
 /* the launches' settings: default stream, no PDL, the routes as forced,
  * clusters as the device's route set allows (mu_cuda_test_clusters) */
-mu_cu_exec g_x = {0, false, 0, 0, MU_CU_ROUTE_AUTO, MU_CU_ROUTE_AUTO, true, nullptr, false};
+mu_cu_exec g_x = {0, false, 0, 0, MU_CU_ROUTE_AUTO, MU_CU_ROUTE_AUTO, true, nullptr, 0, 0, false};
 
 
 /* Device allocations freed at scope exit. */
@@ -274,7 +274,7 @@ extern "C" int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void
 }
 
 extern "C" int mu_cuda_test_mmf(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
-                                const float *x, int T, bool split, float *y) {
+                                const float *x, int T, bool split, int warps, int tiles, float *y) {
     Pool pool;
     const size_t n = (size_t)T * (size_t)cols;
     int64_t total = 0;
@@ -297,9 +297,12 @@ extern "C" int mu_cuda_test_mmf(int nseg, uint32_t type, const void *const *raws
     a.nrows = T;
     a.part = split ? part : NULL;
     a.part_cap = part_cap;
-    TCK(mu_cu_mmf_pack(dx, cols, cols, T, xp, &g_x));
+    mu_cu_exec ex = g_x;
+    ex.mmf_wide = warps == 8 ? MU_CU_ROUTE_ALWAYS : MU_CU_ROUTE_NEVER;
+    ex.mmf_tiles = tiles;
+    TCK(mu_cu_mmf_pack(dx, cols, cols, T, xp, &ex));
     a.xp = xp;
-    TCK(mu_cu_mmf_set(&a, &g_x));
+    TCK(mu_cu_mmf_set(&a, &ex));
     TCK(cudaDeviceSynchronize());
     RCK(down(y, dy, (size_t)T * total));
     return 0;

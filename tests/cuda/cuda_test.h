@@ -47,7 +47,7 @@ int mu_cuda_test_matvec_rows_fast(int nseg, uint32_t type, const void *const *ra
  * over more warps where the grid is small): T inputs x ([T][cols]) packed
  * as f16 for mu_cu_mmf_set; y [T][total rows]. */
 int mu_cuda_test_mmf(int nseg, uint32_t type, const void *const *raws, const int64_t *rows, int64_t cols,
-                     const float *x, int T, bool split, float *y);
+                     const float *x, int T, bool split, int warps, int tiles, float *y);
 int mu_cuda_test_dequant(uint32_t type, const void *raw, int64_t rows, int64_t cols, bool to_f16, float *out);
 /* gate/up matvec with fused SwiGLU. */
 int mu_cuda_test_gateup(uint32_t type, const void *gate, const void *up, int64_t F, int64_t cols, const float *x,

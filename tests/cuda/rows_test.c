@@ -41,15 +41,17 @@ static void check_case(int nseg, uint32_t type, const int64_t *rows, int64_t col
 /* the f16 tensor-core batch: every token's row-dots against the reference
  * (the inputs rounded to f16, the weights' one f16 rounding each in the
  * tolerance) */
-static void check_mmf(int nseg, uint32_t type, const int64_t *rows, int64_t cols, int T, bool split) {
+static void check_mmf_as(int nseg, uint32_t type, const int64_t *rows, int64_t cols, int T, bool split, int warps,
+                         int tiles) {
     void *ws[4];
     int64_t total = 0;
     for (int i = 0; i < nseg; i++) ws[i] = rand_weight(type, rows[i], cols), total += rows[i];
     float *x = malloc(sizeof(float) * (size_t)(cols * T)), *y = malloc(sizeof(float) * (size_t)(total * T));
     for (int t = 0; t < T; t++) rand_vec(x + t * cols, cols, 0.5f + 0.25f * (float)(t % 7));
     for (int64_t i = 0; i < total * T; i++) y[i] = NAN; /* (every output written: NaN fails below) */
-    const int rc = mu_cuda_test_mmf(nseg, type, (const void *const *)ws, rows, cols, x, T, split, y);
-    CHECKF(rc == 0, "mmf %s, %d tokens x %lld: %s", mu_type_name(type), T, (long long)cols, muser_last_error());
+    const int rc = mu_cuda_test_mmf(nseg, type, (const void *const *)ws, rows, cols, x, T, split, warps, tiles, y);
+    CHECKF(rc == 0, "mmf %s, %d tokens x %lld, %d warps, tiles %d: %s", mu_type_name(type), T, (long long)cols, warps,
+           tiles, muser_last_error());
     int bad = 0;
     double worst = 0;
     for (int t = 0; rc == 0 && t < T; t++) {
@@ -66,11 +68,22 @@ static void check_mmf(int nseg, uint32_t type, const int64_t *rows, int64_t cols
                 if (err / tol > worst) worst = err / tol;
             }
     }
-    CHECKF(bad == 0, "mmf %s, %d matrices of %lld rows in all x %lld, %d tokens%s: %d row-dots off (worst %.2f x tol)",
-           mu_type_name(type), nseg, (long long)total, (long long)cols, T, split ? ", K split" : "", bad, worst);
-    if (T == 64 && nseg == 1 && worst > 0) printf("    mmf %s, 64 tokens: worst error %.3f x tol\n", mu_type_name(type), worst);
+    CHECKF(bad == 0,
+           "mmf %s, %d matrices of %lld rows in all x %lld, %d tokens%s, %d warps, tiles %d: %d row-dots off (worst "
+           "%.2f x tol)",
+           mu_type_name(type), nseg, (long long)total, (long long)cols, T, split ? ", K split" : "", warps, tiles, bad,
+           worst);
+    if (T == 64 && nseg == 1 && warps == 4 && tiles == 0 && worst > 0) printf("    mmf %s, 64 tokens: worst error %.3f x tol\n", mu_type_name(type), worst);
     for (int i = 0; i < nseg; i++) free(ws[i]);
     free(x), free(y);
+}
+
+/* every block shape the batch launches: 4 or 8 warps, the tiles of 8
+ * tokens by the token count or one a block (many block columns) */
+static void check_mmf(int nseg, uint32_t type, const int64_t *rows, int64_t cols, int T, bool split) {
+    check_mmf_as(nseg, type, rows, cols, T, split, 4, 0);
+    check_mmf_as(nseg, type, rows, cols, T, split, 8, 0);
+    check_mmf_as(nseg, type, rows, cols, T, split, 8, 1);
 }
 
 void test_mmf(void) {
@@ -91,7 +104,7 @@ void test_mmf(void) {
         check_mmf(4, types[ti], (const int64_t[]){40, 16, 9, 77}, 2560, 3, true);
     }
     printf("  mmf (f16 tensor cores): Q4_K, Q5_K, Q6_K x 1-512 tokens, odd K-block counts, ragged row blocks, row "
-           "spaces of 4 matrices, K split\n");
+           "spaces of 4 matrices, K split; blocks of 4 and 8 warps\n");
 }
 
 void test_matvec_rows_fast(void) {
