@@ -448,18 +448,17 @@ static cudaError_t mmf_tiles(const mu_cu_mvr *a, const mu_cu_exec *x, const mu_c
     }
 }
 
-/* Warps a block: 8 where x->mmf_wide says always, or by default for 8
- * tiles of tokens where two stages of them fit a block (the inputs' stage
- * then serves twice the rows); else 4. */
+/* Warps a block: 8 where x->mmf_wide says always, or by default above 32
+ * tokens (the inputs' stage then serves twice the rows; where two stages
+ * of 8 tiles do not fit a block, Q5_K's and Q6_K's, a block takes 4
+ * tiles); else 4. */
 template <uint32_t TYPE>
 static cudaError_t mmf_blocks(const mu_cu_mvr *a, const mu_cu_exec *x) {
     mu_cu_shape d;
     const cudaError_t e = device_shape(&d);
     if (e != cudaSuccess) return e;
     bool eight = x->mmf_wide == MU_CU_ROUTE_ALWAYS;
-    if (x->mmf_wide == MU_CU_ROUTE_AUTO)
-        eight = a->nrows > 32 && (!x->mmf_tiles || x->mmf_tiles >= 8) &&
-                2 * mmf_stage_bytes<TYPE>(8, 8) <= (size_t)d.smem_block;
+    if (x->mmf_wide == MU_CU_ROUTE_AUTO) eight = a->nrows > 32;
     return eight ? mmf_tiles<TYPE, 8>(a, x, d) : mmf_tiles<TYPE, 4>(a, x, d);
 }
 

@@ -48,9 +48,8 @@ typedef struct mu_cuda_tuning {
                              every width from 2 to 128 rows: one H100, 30B, 16 rows 30.09 ms against 17.05, 64 rows
                              107.6 against 72.2, 128 rows 184.3 against 140.6) */
     int batch_mmf_wide;   /* f16 tensor-core batch: blocks of 8 warps instead of 4, each 16 weight rows over the same
-                             staged inputs (auto: above 32 rows where their stages fit; one H100, 30B, step ms 4 / 8 warps:
-                             8 rows 13.37 / 14.95, 16 rows 15.77 / 17.27, 32 rows 21.25 / 21.69, 64 rows 38.97 /
-                             35.17) */
+                             staged inputs (auto: above 32 rows; one H100, 30B, step ms 4 / 8 warps: 8 rows 13.37 /
+                             14.95, 16 rows 15.77 / 17.27, 32 rows 21.25 / 21.69, 64 rows 38.97 / 35.17) */
     int prefill_mmf_rows; /* fast lane, no f16 copy: prefill chunks (verify blocks) of up to this many rows on the
                              f16 tensor-core batch over the quantized weights instead of GEMMs over tiles dequantized
                              per matrix (one H100, 30B, tok/s: 16 rows 1070.7 against 332.8, 32 rows 1274.4 against
