@@ -24,8 +24,9 @@
  * 2cc, j = 0..3) of its block as the k-pairs (j0, j2) and (j1, j3), which
  * is how they come out of a nibble word; mmf_pack_kernel writes the inputs
  * in that order. Q4_K/Q5_K: q * (d sc) is one exact-bias f16 FMA (1024 +
- * q, minus 1024 * scale, both exact); the min term -dmin m * sum(x) over
- * each sub-block is one more mma a span (slot 32: A the lane's four
+ * q, minus 1024 * scale, both exact; Q4_K's high nibbles are masked in
+ * place as 1024 + 16 q, their scale taken / 16); the min term -dmin m *
+ * sum(x) over each sub-block is one more mma a span (slot 32: A the lane's four
  * sub-blocks' -dmin m, B their input sums). Q6_K: (1024 + q) - 1056 is
  * exact, times the group's d * scale. Every scale is taken times MMF_UP
  * (2^8) so that small ones stay normal f16 numbers; the sums are scaled
@@ -73,8 +74,9 @@ __device__ __forceinline__ void mmf_scales(const KqLane<uint4> &L, int c0, bool 
     int sc[4], mn[4];
     kq_scales_k4(L.m, c0, sc, mn);
 #pragma unroll
-    for (int s = 0; s < 4; s++) {
-        const __half h = __float2half_rn(d * (float)sc[s]);
+    for (int s = 0; s < 4; s++) { /* Q4_K's high nibbles stay in place (x16): 1/16 in their scale */
+        const float hs = TYPE == MU_TYPE_Q4_K && (s & 1) ? 0.0625f : 1.0f;
+        const __half h = __float2half_rn(d * hs * (float)sc[s]);
         S.s[s] = __half2half2(h);
         S.b[s] = __half2half2(__hmul(h, __float2half(-1024.f)));
     }
@@ -88,10 +90,10 @@ __device__ __forceinline__ void mmf_weights(const KqLane<uint4> &L, const MmfSca
                                             uint32_t &p02, uint32_t &p13) {
     const uint32_t M = 0x64006400u;
     uint32_t e, o; /* the pairs as f16 1024 + value */
-    if (TYPE == MU_TYPE_Q4_K) {
-        const uint32_t w = kq_qword(L, cc, k) >> (4 * h);
-        e = (w & 0x000F000Fu) | M;
-        o = ((w >> 8) & 0x000F000Fu) | M;
+    if (TYPE == MU_TYPE_Q4_K) { /* the high nibbles in place: 1024 + 16 q, their scale s / 16 */
+        const uint32_t w = kq_qword(L, cc, k), m = h ? 0x00F000F0u : 0x000F000Fu;
+        e = (w & m) | M;
+        o = ((w >> 8) & m) | M;
     } else {
         uint32_t lo, hi;
         kq_values<TYPE>(L, cc, k, lo, hi);
@@ -179,18 +181,26 @@ __device__ __forceinline__ void mmf_copy_w(uint4 *ws, const mu_cu_weight &w, con
 }
 
 /* Copies span q's packed inputs of the block's n_tiles tiles into xs
- * [NT][MMF_TILE_U2] (every thread of the block's W warps a share; the
- * tiles past n_tiles keep what they held). */
+ * [NT][MMF_TILE_U2] (every thread of the block's W warps a share of each
+ * tile, no division in the addresses; the tiles past n_tiles keep what
+ * they held). */
 template <int NT, int W>
 __device__ __forceinline__ void mmf_copy_x(uint2 *xs, const uint2 *xq, int64_t tile_stride, int n_tiles) {
-    constexpr int CH = MMF_TILE_U2 / 2; /* 16-byte chunks of a tile */
-    for (int c = threadIdx.x; c < NT * CH; c += W * 32) {
-        const int n = c / CH, j = c - n * CH;
-        if (n < n_tiles)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                             (unsigned)__cvta_generic_to_shared(xs + 2 * c)),
-                         "l"(xq + n * tile_stride + 2 * j)
-                         : "memory");
+    constexpr int CH = MMF_TILE_U2 / 2, PER = (CH + W * 32 - 1) / (W * 32); /* 16-byte chunks of a tile; a thread's */
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        if (n >= n_tiles) break;
+        const uint2 *const src = xq + n * tile_stride;
+        uint2 *const dst = xs + n * MMF_TILE_U2;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int j = (int)threadIdx.x + i * W * 32;
+            if (j < CH)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                 (unsigned)__cvta_generic_to_shared(dst + 2 * j)),
+                             "l"(src + 2 * j)
+                             : "memory");
+        }
     }
 }
 
