@@ -52,8 +52,8 @@ typedef struct mu_cuda_tuning {
                              14.95, 16 rows 15.77 / 17.27, 32 rows 21.25 / 21.69, 64 rows 38.97 / 35.17) */
     int prefill_mmf_rows; /* fast lane, no f16 copy: prefill chunks (verify blocks) of up to this many rows on the
                              f16 tensor-core batch over the quantized weights instead of GEMMs over tiles dequantized
-                             per matrix (one H100, 30B, tok/s: 16 rows 1070.7 against 332.8, 32 rows 1274.4 against
-                             657.9, 64 rows 1008.1 against 1298.1) */
+                             per matrix (one H100, 30B, tok/s: 32 rows 2184.7 against 649.2, 64 rows 2781.5 against
+                             1275.6) */
     int prefill_cache;    /* fast lane: f16 copies of every matrix (3.3x the quantized bytes) for the prefill and
                              batched GEMMs; 0 never, -1 where they fit with 3 GB to spare, 1 always (refuses to
                              start where they do not fit). One H100, 30B: pp512 8,757 tok/s with them, 6,169
