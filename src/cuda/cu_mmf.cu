@@ -7,12 +7,13 @@
  * accumulators take no per-token arithmetic; the dequantization is paid
  * once per weight, whatever the number of tokens.
  *
- * A warp owns 16 weight rows and NT tiles of 8 tokens; the four warps of a
- * block take four row groups over the same spans of K (two blocks each).
+ * A warp owns 16 weight rows and NT tiles of 8 tokens; the W warps of a
+ * block (4, or 8 above 32 tokens) take W row groups over the same spans of
+ * K (two blocks each).
  * The spans stream through shared memory in a ring of S stages (cp.async):
  * each lane copies its own lane-blocks of rows gid and gid + 8 (the block
  * 2q + (tig >> 1), c0 = tig & 1; a row's quad reads 64 contiguous bytes a
- * copy) and the block copies the span's packed inputs once for its four
+ * copy) and the block copies the span's packed inputs once for its W
  * warps, S - 1 spans ahead of the one it multiplies, so the bytes in flight
  * do not depend on registers. The weights' first stages are copied before
  * the kernel waits for its predecessor (they do not depend on it). Where
@@ -26,8 +27,8 @@
  * in that order. Q4_K/Q5_K: q * (d sc) is one exact-bias f16 FMA (1024 +
  * q, minus 1024 * scale, both exact; Q4_K's high nibbles are masked in
  * place as 1024 + 16 q, their scale taken / 16); the min term -dmin m *
- * sum(x) over each sub-block is one more mma a span (slot 32: A the lane's four
- * sub-blocks' -dmin m, B their input sums). Q6_K: (1024 + q) - 1056 is
+ * sum(x) over each sub-block is one more mma a span (slot 32: A the lane's
+ * four sub-blocks' -dmin m, B their input sums). Q6_K: (1024 + q) - 1056 is
  * exact, times the group's d * scale. Every scale is taken times MMF_UP
  * (2^8) so that small ones stay normal f16 numbers; the sums are scaled
  * back at the end.

@@ -73,7 +73,8 @@ static void check_mmf_as(int nseg, uint32_t type, const int64_t *rows, int64_t c
            "%.2f x tol)",
            mu_type_name(type), nseg, (long long)total, (long long)cols, T, split ? ", K split" : "", warps, tiles, bad,
            worst);
-    if (T == 64 && nseg == 1 && warps == 4 && tiles == 0 && worst > 0) printf("    mmf %s, 64 tokens: worst error %.3f x tol\n", mu_type_name(type), worst);
+    if (T == 64 && nseg == 1 && warps == 4 && tiles == 0 && worst > 0)
+        printf("    mmf %s, 64 tokens: worst error %.3f x tol\n", mu_type_name(type), worst);
     for (int i = 0; i < nseg; i++) free(ws[i]);
     free(x), free(y);
 }
