@@ -6,6 +6,7 @@
 
 #include "serve/request.h"
 #include "serve/response.h"
+#include "serve/sample_pool.h"
 #include "testlib.h"
 
 static srv_parse_opts opts(bool chat) {
@@ -350,6 +351,58 @@ static void test_output(void) {
     srv_request_free(&r);
 }
 
+/* The pool draws every job as a twin sampler (same seed) drawing alone
+ * would, bias included, with 0, 1 and 3 helpers, over several steps (the
+ * samplers' penalty windows advance). */
+static void test_sample_pool(void) {
+    enum { V = 1000, N = 37, STEPS = 4 };
+    static float logits[N][V], biased[V];
+    static const muser_token ids[2] = {5, 900};
+    static const float bias[2] = {-100.0f, 3.0f};
+    const int helper_counts[] = {0, 1, 3};
+    for (size_t h = 0; h < sizeof helper_counts / sizeof helper_counts[0]; h++) {
+        srv_sample_pool *pool = NULL;
+        CHECK(srv_sample_pool_new(helper_counts[h], V, &pool) == 0 && pool);
+        muser_sampler *a[N], *b[N];
+        srv_sample_job jobs[N];
+        for (int i = 0; i < N; i++) {
+            muser_sampler_params sp = muser_sampler_default_params(NULL);
+            sp.seed = 1000 + (uint64_t)i;
+            sp.repeat_penalty = 1.1f;
+            a[i] = muser_sampler_new(&sp, V);
+            b[i] = muser_sampler_new(&sp, V);
+        }
+        int same = 0, drawn = 0;
+        for (int step = 0; step < STEPS; step++) {
+            uint32_t x = 12345u + (uint32_t)step * 7919u;
+            for (int i = 0; i < N; i++)
+                for (int v = 0; v < V; v++) {
+                    x = x * 1664525u + 1013904223u;
+                    logits[i][v] = (float)(x >> 8) / (float)(1u << 24) * 8.0f - 4.0f;
+                }
+            for (int i = 0; i < N; i++)
+                jobs[i] = (srv_sample_job){a[i], logits[i], ids, bias, i % 3 == 0 ? 2 : 0, -1};
+            srv_sample_pool_run(pool, jobs, N);
+            for (int i = 0; i < N; i++) {
+                const float *l = logits[i];
+                if (i % 3 == 0) {
+                    memcpy(biased, l, sizeof biased);
+                    biased[ids[0]] += bias[0];
+                    biased[ids[1]] += bias[1];
+                    l = biased;
+                }
+                const muser_token want = muser_sampler_sample(b[i], l);
+                same += jobs[i].out == want;
+                drawn++;
+                if (i % 3 == 0) CHECK(jobs[i].out != ids[0]);
+            }
+        }
+        CHECKF(same == drawn, "sample pool, %d helpers: %d of %d draws as drawn alone", helper_counts[h], same, drawn);
+        for (int i = 0; i < N; i++) muser_sampler_free(a[i]), muser_sampler_free(b[i]);
+        srv_sample_pool_free(pool);
+    }
+}
+
 int main(void) {
     test_chat_fields();
     test_chat_errors();
@@ -360,5 +413,6 @@ int main(void) {
     test_stopper();
     test_error_shape();
     test_output();
+    test_sample_pool();
     return tl_finish("serve");
 }

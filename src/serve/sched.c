@@ -13,7 +13,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/pool.h"
 #include "serve/response.h"
+#include "serve/sample_pool.h"
 #include "util/clock.h"
 
 enum slot_state {
@@ -58,7 +60,8 @@ struct srv_sched {
     int64_t recent_sec[RECENT_SECONDS + 1]; /* per-second generated-token buckets */
     uint64_t recent_tokens[RECENT_SECONDS + 1];
     /* worker only */
-    float *biased_logits; /* [n_vocab] */
+    srv_sample_pool *sampling;     /* the step's slots drawn on several threads */
+    srv_sample_job *sample_jobs;   /* [n_slots] */
     muser_session **batch_sessions;
     muser_token *batch_tokens;
     srv_slot **batch_slots;
@@ -282,23 +285,22 @@ static void finish(srv_sched *s, srv_slot *sl, srv_finish why) {
 static void show_token(srv_sched *s, srv_slot *sl, muser_token t);
 
 /* The session holds fresh logits: choose the next token and show it. */
-static void next_token(srv_sched *s, srv_slot *sl) {
+/* The slot's sampling job: its logits and its request's logit_bias. */
+static srv_sample_job sample_job(srv_slot *sl) {
     const srv_request *r = &sl->job->req;
-    muser_token t;
+    return (srv_sample_job){sl->sampler, muser_session_logits(sl->session), r->bias_ids, r->bias, r->n_bias, 0};
+}
+
+/* The slot's next token: its test script's, else `drawn` (its sampling
+ * job's result). */
+static void next_token(srv_sched *s, srv_slot *sl, muser_token drawn) {
+    muser_token t = drawn;
     if (sl->script) {
         if (sl->script_pos == sl->n_script) {
             finish(s, sl, SRV_FINISH_STOP); /* the scripted output ends as an end-of-generation token would */
             return;
         }
         t = sl->script[sl->script_pos++];
-    } else {
-        const float *logits = muser_session_logits(sl->session);
-        if (r->n_bias) {
-            memcpy(s->biased_logits, logits, sizeof(float) * (size_t)s->n_vocab);
-            for (int i = 0; i < r->n_bias; i++) s->biased_logits[r->bias_ids[i]] += r->bias[i];
-            logits = s->biased_logits;
-        }
-        t = muser_sampler_sample(sl->sampler, logits);
     }
     show_token(s, sl, t);
 }
@@ -328,7 +330,12 @@ static void show_token(srv_sched *s, srv_slot *sl, muser_token t) {
 
 static void prompt_done(srv_sched *s, srv_slot *sl) {
     atomic_fetch_add(&s->metrics.prefill_tokens, (uint64_t)(sl->job->n_prompt - sl->kept));
-    next_token(s, sl);
+    srv_sample_job j = {0};
+    if (!sl->script) {
+        j = sample_job(sl);
+        srv_sample_pool_run(s->sampling, &j, 1);
+    }
+    next_token(s, sl, j.out);
 }
 
 static void start_job(srv_sched *s, srv_slot *sl) {
@@ -444,7 +451,14 @@ static void decode_step(srv_sched *s) {
     atomic_fetch_add(&s->metrics.decode_rows, (uint64_t)n);
     atomic_fetch_add(&s->metrics.generated_tokens, (uint64_t)n);
     count_recent(s, (uint64_t)n);
-    for (int i = 0; i < n; i++) next_token(s, s->batch_slots[i]);
+    int drawn = 0; /* every slot's token is drawn before any slot's text goes out */
+    for (int i = 0; i < n; i++)
+        if (!s->batch_slots[i]->script) s->sample_jobs[drawn++] = sample_job(s->batch_slots[i]);
+    srv_sample_pool_run(s->sampling, s->sample_jobs, drawn);
+    for (int i = 0, k = 0; i < n; i++) {
+        srv_slot *sl = s->batch_slots[i];
+        next_token(s, sl, sl->script ? 0 : s->sample_jobs[k++].out);
+    }
 }
 
 static void step(srv_sched *s, bool stopping) {
@@ -516,11 +530,17 @@ int srv_sched_new(const srv_sched_config *cfg, srv_sched **out) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->slots = calloc((size_t)cfg->n_slots, sizeof *s->slots);
-    s->biased_logits = malloc(sizeof(float) * (size_t)s->n_vocab);
+    s->sample_jobs = calloc((size_t)cfg->n_slots, sizeof *s->sample_jobs);
     s->batch_sessions = calloc((size_t)cfg->n_slots, sizeof *s->batch_sessions);
     s->batch_tokens = calloc((size_t)cfg->n_slots, sizeof *s->batch_tokens);
     s->batch_slots = calloc((size_t)cfg->n_slots, sizeof *s->batch_slots);
-    int rc = (s->slots && s->biased_logits && s->batch_sessions && s->batch_tokens && s->batch_slots) ? 0 : MUSER_ENOMEM;
+    int rc = (s->slots && s->sample_jobs && s->batch_sessions && s->batch_tokens && s->batch_slots) ? 0 : MUSER_ENOMEM;
+    if (!rc) { /* a helper per further slot, up to the cores but one (the worker samples too) and 7 */
+        int helpers = cfg->n_slots - 1;
+        if (helpers > mu_cpu_count() - 1) helpers = mu_cpu_count() - 1;
+        if (helpers > 7) helpers = 7;
+        rc = srv_sample_pool_new(helpers, s->n_vocab, &s->sampling);
+    }
     for (int i = 0; i < cfg->n_slots && !rc; i++) {
         s->slots[i].index = i;
         rc = muser_session_new(cfg->model, &cfg->session, &s->slots[i].session);
@@ -554,7 +574,8 @@ void srv_sched_free(srv_sched *s) {
     srv_sched_stop(s);
     for (int i = 0; s->slots && i < s->cfg.n_slots; i++) muser_session_free(s->slots[i].session);
     free(s->slots);
-    free(s->biased_logits);
+    srv_sample_pool_free(s->sampling);
+    free(s->sample_jobs);
     free(s->batch_sessions);
     free(s->batch_tokens);
     free(s->batch_slots);
