@@ -56,12 +56,9 @@ static cudaError_t tc_reduce(const mu_cu_mvr *a, int64_t total, int splits, cons
                       x, *a, (const float *)a->part, total, splits);
 }
 
-static int tc_sms() {
-    static int sms[MU_CU_MAX_DEVICES];
-    int dev = 0;
-    if (current_device(&dev) != cudaSuccess) return 0;
-    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-    return sms[dev];
+static int tc_sms() { /* (0 where the device cannot be read: no split) */
+    mu_cu_shape d;
+    return device_shape(&d) == cudaSuccess ? d.sms : 0;
 }
 
 /* Splits of K: enough warps for warps_per_sm on every SM (groups x tiles
