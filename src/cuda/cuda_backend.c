@@ -192,6 +192,7 @@ void cuda_rank_free(cuda_backend *b) {
     if (b->exec.stream) cudaStreamSynchronize(b->exec.stream);
     for (int r = 0; r < N_ROUTES; r++)
         if (b->graph[r]) cudaGraphExecDestroy(b->graph[r]);
+    cuda_batch_graphs_free(b);
     if (b->prof) {
         for (int i = 0; i < PROF_MAX_EV; i++)
             if (b->prof->ev[i]) cudaEventDestroy(b->prof->ev[i]);
@@ -473,6 +474,7 @@ void cuda_apply_tuning(cuda_backend *b, const mu_cuda_tuning *t) {
         b->graph_ready[r] = false;
     }
     b->graph_broken = false;
+    cuda_batch_graphs_free(b);
 }
 
 void mu_cuda_get_tuning(const mu_backend *base, mu_cuda_tuning *t) { *t = ((const cuda_backend *)base)->tune; }

@@ -150,8 +150,10 @@ static int rows_attention_cap(cuda_backend *const *rows, int T) {
     return (int)(fit < b->split_dec ? fit : b->split_dec);
 }
 
-/* The batched step; logits of row i in row i of logits_all. */
-static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
+/* The batched step's kernels (the records and planes uploaded, the chunk
+ * logits reserved); logits of row i in row i of logits_all. cap: as
+ * rows_attention_cap (0: a launch per row, over rows[i]'s planes). */
+static int enqueue_batch(cuda_backend *b, cuda_backend *const *rows, int T, int cap) {
     const mu_hparams *hp = &b->m->hp;
     const mu_cu_exec *x = &b->exec;
     const mm_route route = batch_route(b, T);
@@ -161,17 +163,6 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
                                         without a tensor-core kernel */
     const int8_t *aq = rows8 ? b->wk->aq : NULL;
     const float *ads = rows8 ? b->wk->ads : NULL;
-    const int cap = rows_attention_cap(rows, T);
-    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
-    if (cap > 0) { /* every row's planes, layer by layer: [L][K, V][T] */
-        for (int l = 0; l < hp->n_layer; l++)
-            for (int i = 0; i < T; i++) {
-                b->h_planes[((int64_t)l * 2 + 0) * T + i] = rows[i]->kc[l];
-                b->h_planes[((int64_t)l * 2 + 1) * T + i] = rows[i]->vc[l];
-            }
-        CU_CHECK(cudaMemcpyAsync(b->d_planes, b->h_planes, sizeof(void *) * 2 * (size_t)hp->n_layer * T,
-                                 cudaMemcpyHostToDevice, x->stream));
-    }
     mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f16);
     rn.embd_norm = hp->embd_norm;
     CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
@@ -203,10 +194,81 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
         CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_ffn_norm, next, f16), T, x));
     }
     if (!mu_model_heads(b->m)) return 0; /* a split's first side: the rows' h crosses to the CPU */
-    RC(cuda_logit_rows_reserve(b, T));
     RC(mm_one(b, route, &b->w->output, b->wk->logits_all, b->V, A, aq, ads, b->E, T));
     CU_CHECK(mu_cu_logits_finish(b->wk->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
     return 0;
+}
+
+void cuda_batch_graphs_free(cuda_backend *b) {
+    for (int i = 0; i < CUDA_BATCH_GRAPHS; i++) {
+        if (b->batch_graphs[i].exec) cudaGraphExecDestroy(b->batch_graphs[i].exec);
+        memset(&b->batch_graphs[i], 0, sizeof b->batch_graphs[i]);
+    }
+    b->batch_graph_broken = false;
+}
+
+/* The captured step of T rows (capturing it into the least recently used
+ * entry when absent), or NULL where it cannot be captured: then the
+ * kernels launch one by one. Only steps whose every row's planes the
+ * launches reach through d_planes are captured (cap > 0): nothing in the
+ * graph then depends on which sessions the rows are. */
+static cudaGraphExec_t batch_graph_for(cuda_backend *b, cuda_backend *const *rows, int T, int cap) {
+    if (!b->tune.graph || b->batch_graph_broken || cap <= 0) return NULL;
+    batch_graph *slot = &b->batch_graphs[0];
+    for (int i = 0; i < CUDA_BATCH_GRAPHS; i++) {
+        batch_graph *g = &b->batch_graphs[i];
+        if (g->exec && g->T == T && g->logits == b->wk->logits_all) {
+            g->used = ++b->batch_steps;
+            return g->exec;
+        }
+        if (!g->exec || g->used < slot->used) slot = g;
+    }
+    if (slot->exec) cudaGraphExecDestroy(slot->exec);
+    memset(slot, 0, sizeof *slot);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamBeginCapture(b->exec.stream, cudaStreamCaptureModeThreadLocal);
+    int rc = e == cudaSuccess ? enqueue_batch(b, rows, T, cap) : 0;
+    if (e == cudaSuccess) e = cudaStreamEndCapture(b->exec.stream, &graph);
+    if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (rc || e != cudaSuccess) {
+        mu_warn("cuda: capturing the batched step as a graph failed (%s); launching op by op",
+                rc ? muser_last_error() : cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        b->batch_graph_broken = true;
+        return NULL;
+    }
+    slot->T = T;
+    slot->logits = b->wk->logits_all;
+    slot->exec = exec;
+    slot->used = ++b->batch_steps;
+    return exec;
+}
+
+/* The batched step: the rows' records and planes up, then the captured
+ * step or its kernels. */
+static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
+    const mu_hparams *hp = &b->m->hp;
+    const mu_cu_exec *x = &b->exec;
+    const int cap = rows_attention_cap(rows, T);
+    CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
+    if (cap > 0) { /* every row's planes, layer by layer: [L][K, V][T] */
+        for (int l = 0; l < hp->n_layer; l++)
+            for (int i = 0; i < T; i++) {
+                b->h_planes[((int64_t)l * 2 + 0) * T + i] = rows[i]->kc[l];
+                b->h_planes[((int64_t)l * 2 + 1) * T + i] = rows[i]->vc[l];
+            }
+        CU_CHECK(cudaMemcpyAsync(b->d_planes, b->h_planes, sizeof(void *) * 2 * (size_t)hp->n_layer * T,
+                                 cudaMemcpyHostToDevice, x->stream));
+    }
+    if (mu_model_heads(b->m)) RC(cuda_logit_rows_reserve(b, T));
+    const cudaGraphExec_t graph = batch_graph_for(b, rows, T, cap);
+    if (graph) {
+        CU_CHECK(cudaGraphLaunch(graph, x->stream));
+        return 0;
+    }
+    return enqueue_batch(b, rows, T, cap);
 }
 
 /* Batched decode (mu_backend_ops.forward_batch): one token for each of n

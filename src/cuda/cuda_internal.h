@@ -89,6 +89,16 @@ typedef struct cu_weights {
 /* Decode attention routes: each has its own graph. */
 enum { ROUTE_SPLIT = 0, ROUTE_SHORT = 1, ROUTE_CLUSTER = 2, N_ROUTES = 3 };
 
+/* Batched steps a session keeps captured (cuda_batch.c): the latest row
+ * counts it led. */
+#define CUDA_BATCH_GRAPHS 4
+typedef struct {
+    int T;                 /* rows (0: empty)                                     */
+    const float *logits;   /* the chunk logits it writes (a larger chunk moves them) */
+    cudaGraphExec_t exec;
+    uint64_t used;         /* the step that last ran it                           */
+} batch_graph;
+
 /* Op families of `muser bench --profile` (cuda_decode.c names them). */
 enum { PF_EMBED, PF_QKVG, PF_QKPOST, PF_ATTN, PF_REDUCE, PF_WO, PF_GATEUP, PF_DOWN, PF_HEAD, PF_ALLREDUCE, PF_COUNT };
 
@@ -217,6 +227,9 @@ typedef struct cuda_backend {
     int route;
     cudaGraphExec_t graph[N_ROUTES];
     bool graph_ready[N_ROUTES], graph_broken;
+    batch_graph batch_graphs[CUDA_BATCH_GRAPHS];
+    uint64_t batch_steps;
+    bool batch_graph_broken;
     /* tensor parallel: the fused all-reduce (xr.n >= 2): Wo writes t, down
      * t2 (a rank still reading a peer's t after their meeting cannot see it
      * overwritten before their next one), and the RESNORM tail of each sums
@@ -386,6 +399,7 @@ void cuda_mvr_take(mu_cu_mvr *r, const mu_cu_weight *const *ws, float *const *ys
                    bool *done);
 int cuda_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                        float *const *logits);
+void cuda_batch_graphs_free(cuda_backend *b);
 
 /* cuda_tp.c */
 int cuda_tp_new(const mu_model *m, const mu_session_config *cfg, mu_backend **out);
