@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "cuda/cu_device.cuh"
+#include "cuda/cu_mmf_in.cuh"
 
 /* ---- QK-norm + RoPE + KV append -----------------------------------------------------------
  * One warp per head (query heads, then KV heads; qkv_post_head in
@@ -444,6 +445,7 @@ __global__ void __launch_bounds__(512) attn_reduce_kernel(const __grid_constant_
         const int64_t blk = off - (d & 31); /* start of this warp's 32-element block */
         quantize_block_warp(o, a.out.q + blk, a.out.ds + blk / 16 * 2);
     }
+    if (a.out.xp) mmf_in_put1(static_cast<uint2 *>(a.out.xp), a.out.xp_nb, t, h * 128 + d, o);
 }
 
 extern "C" cudaError_t mu_cu_attn_reduce(const mu_cu_reduce *a, const mu_cu_exec *x) {

@@ -126,9 +126,13 @@ typedef struct mu_cu_mvr {
                               (f32, quantized while staged)                  */
     int64_t ldx;           /* elements between rows of x and q (ds: ldx / 8 floats) */
     int nrows;
-    float *part;           /* mu_cu_mmf_set: room for the partial sums of K split over
-                              more warps (NULL: no split)                      */
+    float *part;           /* mu_cu_mmf_set: room for the pieces of row groups whose K
+                              spans more than one block's range (NULL: a block per
+                              W row groups, whole)                           */
     int64_t part_cap;      /* floats at part                                   */
+    unsigned int *counters; /* [counter_cap] zero before the launch (each piece's
+                              group re-zeroes its own)                        */
+    int64_t counter_cap;
     const void *xp;        /* mu_cu_mmf_set: the inputs as mu_cu_mmf_pack wrote them */
 } mu_cu_mvr;
 /* Whether the fast B-row matvec takes weights of this type and column

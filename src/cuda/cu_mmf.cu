@@ -16,9 +16,10 @@
  * copy) and the block copies the span's packed inputs once for its W
  * warps, S - 1 spans ahead of the one it multiplies, so the bytes in flight
  * do not depend on registers. The weights' first stages are copied before
- * the kernel waits for its predecessor (they do not depend on it). Where
- * the grid is small, K is split over grid.z into partial sums added in
- * order by a second launch (deterministic).
+ * the kernel waits for its predecessor (they do not depend on it). The
+ * blocks take equal ranges of (row groups x spans) in one wave, the ring
+ * running on across row groups; a group cut between ranges is summed in
+ * range order by the block that finishes last (cu_tc_rows.cuh).
  *
  * The k order inside an mma is free as long as A and B agree: slot (cc, k,
  * h) of a span gives lane tig the four weights 64X + 32h + 4k + j (X = c0 +
@@ -36,10 +37,10 @@
  * Packed inputs xp: [T/8 tiles][spans][33 slots][32 lanes][4] f16.
  * A stage in shared memory: [W warps][slots][2 rows][32 lanes] uint4 of
  * weights (mmf_wslots), then [NT][33 slots][32 lanes] uint2 of inputs. */
+#include "cuda/cu_mmf_in.cuh"
 #include "cuda/cu_tc_rows.cuh"
 #include "cuda/cuda_plan.h"
 
-#define MMF_SLOTS 33
 #define MMF_UP 256.0f
 
 __device__ __forceinline__ void mma_f16_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -268,22 +269,110 @@ __device__ __forceinline__ void mmf_span(const KqLane<uint4> (&L)[2], const bool
     }
 }
 
-/* splits > 1: split z's sums into part [splits][T][total rows] (tc_reduce
- * adds them in order); else straight into the segments' y. S stages of
- * mmf_stage_bytes<TYPE>(NT) in dynamic shared memory. */
+/* What a warp takes of unit u (span q of group-block gb): its group g,
+ * the group's segment s and both rows of the lane; next() steps to unit
+ * u + 1 (the group's rows looked up only when the group-block changes). */
+struct MmfUnit {
+    int64_t r[2];
+    int gb, g, s, q;
+    bool ok[2];
+    __device__ void locate(const mu_cu_mvr &a, int groups, int W) {
+        g = gb * W + (threadIdx.x >> 5);
+        int64_t r0 = 0;
+        s = tc_locate(a, g, r0);
+        const int gid = (threadIdx.x & 31) >> 2;
+        r[0] = r0 + gid, r[1] = r0 + gid + 8;
+        ok[0] = g < groups && r[0] < a.seg[s].w.rows;
+        ok[1] = g < groups && r[1] < a.seg[s].w.rows;
+    }
+    __device__ void at(const mu_cu_mvr &a, int groups, int NS, int W, int u) {
+        gb = u / NS;
+        q = u - gb * NS;
+        locate(a, groups, W);
+    }
+    __device__ void next(const mu_cu_mvr &a, int groups, int NS, int W) {
+        if (++q < NS) return;
+        q = 0;
+        gb++;
+        locate(a, groups, W);
+    }
+};
+
+/* The lane's sums of its group's tokens into the segment's y (u: times
+ * 1 / MMF_UP). */
+template <int NT>
+__device__ __forceinline__ void mmf_store(const mu_cu_mvr &a, const MmfUnit &m, int n0, const float (&v)[NT][4]) {
+    const int T = a.nrows, tig = threadIdx.x & 3;
+    float *const y = a.seg[m.s].y;
+    const int64_t ldy = a.seg[m.s].ldy;
+    const float u = 1.0f / MMF_UP;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int tok0 = 8 * (n0 + n) + 2 * tig, tok1 = tok0 + 1;
+        if (m.ok[0] && tok0 < T) y[tok0 * ldy + m.r[0]] = v[n][0] * u;
+        if (m.ok[0] && tok1 < T) y[tok1 * ldy + m.r[0]] = v[n][1] * u;
+        if (m.ok[1] && tok0 < T) y[tok0 * ldy + m.r[1]] = v[n][2] * u;
+        if (m.ok[1] && tok1 < T) y[tok1 * ldy + m.r[1]] = v[n][3] * u;
+    }
+}
+
+/* The lane's piece of block b: [b][end][tile column][W warps][NT][32 lanes] float4. */
+template <int NT, int W>
+__device__ __forceinline__ float4 *mmf_piece(const mu_cu_mvr &a, int64_t b, int end) {
+    const int64_t at = ((b * 2 + end) * gridDim.y + blockIdx.y) * W + (threadIdx.x >> 5);
+    return reinterpret_cast<float4 *>(a.part) + at * NT * 32 + (threadIdx.x & 31);
+}
+
+/* A group-block's sums are complete in this block's range (whole): stored;
+ * else this block's piece goes to part, and the block whose piece comes
+ * last adds every piece in range order and stores. P blocks over U units. */
+template <int NT, int W>
+__device__ __forceinline__ void mmf_flush(const mu_cu_mvr &a, const MmfUnit &m, int groups, int NS, int64_t P,
+                                          int64_t U, int64_t u0, int64_t u1, int n0, const float (&v)[NT][4]) {
+    const int64_t first = (int64_t)m.gb * NS, last = first + NS - 1;
+    if (first >= u0 && last < u1) {
+        mmf_store<NT>(a, m, n0, v);
+        return;
+    }
+    if (m.g >= groups) return; /* (past the row space: every piece's warp skips alike) */
+    const int64_t b = blockIdx.x, b0 = tc_block_of(first, P, U), b1 = tc_block_of(last, P, U);
+    const int end = m.gb == u0 / NS ? 0 : 1; /* (the group-block its range starts in: the first piece) */
+    float4 *const mine = mmf_piece<NT, W>(a, b, end);
+#pragma unroll
+    for (int n = 0; n < NT; n++) mine[n * 32] = make_float4(v[n][0], v[n][1], v[n][2], v[n][3]);
+    __threadfence();
+    __syncwarp();
+    unsigned *const cnt = a.counters + (int64_t)m.g * gridDim.y + blockIdx.y;
+    unsigned prev = 0;
+    if ((threadIdx.x & 31) == 0) prev = atomicAdd(cnt, 1u);
+    prev = __shfl_sync(MU_FULL, prev, 0);
+    if (prev != (unsigned)(b1 - b0)) return;
+    __threadfence();
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int64_t k = b0; k <= b1; k++) {
+        const float4 *const p = mmf_piece<NT, W>(a, k, m.gb == tc_first(k, P, U) / NS ? 0 : 1);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const float4 f = __ldcg(p + n * 32);
+            s[n][0] += f.x, s[n][1] += f.y, s[n][2] += f.z, s[n][3] += f.w;
+        }
+    }
+    mmf_store<NT>(a, m, n0, s);
+    if ((threadIdx.x & 31) == 0) *cnt = 0u;
+}
+
+/* Block b's range of units (cu_tc_rows.cuh), a warp a group of each
+ * unit's group-block; pieces false: a block per group-block, whole. S
+ * stages of mmf_stage_bytes<TYPE>(NT) in dynamic shared memory. */
 template <uint32_t TYPE, int NT, int S, int W>
-__global__ void __launch_bounds__(W * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int64_t groups,
-                                                             int splits, float *part, int64_t total) {
+__global__ void __launch_bounds__(W * 32) mmf_kernel(const __grid_constant__ mu_cu_mvr a, int groups,
+                                                     bool pieces) {
     extern __shared__ uint4 mmf_ring[];
     pdl_trigger();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int64_t g = (int64_t)blockIdx.x * W + warp; /* past the groups: no rows, but copies and barriers */
-    int64_t r0 = 0;
-    const int s = tc_locate(a, g, r0);
-    const mu_cu_weight &w = a.seg[s].w;
-    const int64_t r[2] = {r0 + gid, r0 + gid + 8};
-    const bool ok[2] = {g < groups && r[0] < w.rows, g < groups && r[1] < w.rows};
-    const int T = a.nrows, nb = (int)(w.cols >> 8), NS = (nb + 1) >> 1;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int T = a.nrows, nb = (int)(a.seg[0].w.cols >> 8), NS = (nb + 1) >> 1;
     const int n0 = blockIdx.y * NT, n_tiles = min(NT, ((T + 7) >> 3) - n0);
     const int64_t span_stride = MMF_TILE_U2, tile_stride = (int64_t)NS * span_stride;
     const uint2 *xp = reinterpret_cast<const uint2 *>(a.xp) + n0 * tile_stride;
@@ -293,54 +382,54 @@ __global__ void __launch_bounds__(W * 32) mmf_kernel(const __grid_constant__ mu_
     uint4 *const wring = mmf_ring + warp * WU;
     uint2 *const xring = reinterpret_cast<uint2 *>(mmf_ring + W * WU);
     const uint64_t pol = l2_evict_first();
+    const int64_t P = gridDim.x, U = (int64_t)((groups + W - 1) / W) * NS; /* (U < 2^31: tc_launch) */
+    const int64_t u0 = tc_first(blockIdx.x, P, U), u1 = pieces ? tc_first(blockIdx.x + 1, P, U) : u0 + NS;
+    const int n = (int)(u1 - u0), v0 = (int)u0;
     float acc[NA][4];
 #pragma unroll
-    for (int n = 0; n < NA; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    int q0, q1; /* split z's spans */
-    tc_split(NS, splits, blockIdx.z, q0, q1);
+    for (int i = 0; i < NA; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    MmfUnit cp, cur; /* the unit whose copies go next; the unit multiplied next */
+    cp.at(a, groups, NS, W, v0);
+    cur = cp;
 #pragma unroll
-    for (int p = 0; p < S - 1; p++)
-        if (q0 + p < q1) mmf_copy_w<TYPE>(wring + p * STAGE, w, r, ok, q0 + p, lane, nb, pol);
+    for (int p = 0; p < S - 1; p++) {
+        if (p < n) mmf_copy_w<TYPE>(wring + p * STAGE, a.seg[cp.s].w, cp.r, cp.ok, cp.q, lane, nb, pol);
+        cp.next(a, groups, NS, W);
+    }
     pdl_wait(); /* the inputs are the predecessor's */
 #pragma unroll
     for (int p = 0; p < S - 1; p++) {
-        if (q0 + p < q1) mmf_copy_x<NT, W>(xring + 2 * p * STAGE, xp + (q0 + p) * span_stride, tile_stride, n_tiles);
+        if (p < n) mmf_copy_x<NT, W>(xring + 2 * p * STAGE, xp + ((v0 + p) % NS) * span_stride, tile_stride, n_tiles);
         mmf_commit();
     }
-    for (int q = q0; q < q1; q++) {
-        mmf_wait<S - 2>(); /* this thread's copies of span q have landed */
+    for (int i = 0; i < n; i++) {
+        mmf_wait<S - 2>(); /* this thread's copies of unit i have landed */
         __syncthreads();   /* ... and everyone's; and the stage about to be refilled is read */
-        const int qn = q + S - 1;
-        if (qn < q1) {
-            const int st = (qn - q0) % S;
-            mmf_copy_w<TYPE>(wring + st * STAGE, w, r, ok, qn, lane, nb, pol);
-            mmf_copy_x<NT, W>(xring + 2 * st * STAGE, xp + qn * span_stride, tile_stride, n_tiles);
+        if (i + S - 1 < n) {
+            const int st = (i + S - 1) % S;
+            mmf_copy_w<TYPE>(wring + st * STAGE, a.seg[cp.s].w, cp.r, cp.ok, cp.q, lane, nb, pol);
+            mmf_copy_x<NT, W>(xring + 2 * st * STAGE, xp + cp.q * span_stride, tile_stride, n_tiles);
+            cp.next(a, groups, NS, W);
         }
         mmf_commit();
-        const int st = (q - q0) % S;
+        const int st = i % S;
+        const MmfUnit m = cur;
+        cur.next(a, groups, NS, W);
         KqLane<uint4> L[2];
-        mmf_read_w<TYPE>(L, wring + st * STAGE, lane, r, q, nb);
-        mmf_span<TYPE, NT, NA>(L, ok, q, nb, xring + 2 * st * STAGE + lane, acc);
+        mmf_read_w<TYPE>(L, wring + st * STAGE, lane, m.r, m.q, nb);
+        mmf_span<TYPE, NT, NA>(L, m.ok, m.q, nb, xring + 2 * st * STAGE + lane, acc);
+        if (m.q == NS - 1 || i == n - 1) { /* the group's last span in this range */
+            float v[NT][4];
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) v[t][j] = NT == 1 ? acc[0][j] + acc[NA - 1][j] : acc[t][j];
+            mmf_flush<NT, W>(a, m, groups, NS, P, U, u0, u1, n0, v);
+#pragma unroll
+            for (int t = 0; t < NA; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+        }
     }
     mmf_wait<0>();
-    if (NT == 1)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[0][j] += acc[NA - 1][j];
-    float *y = a.seg[s].y;
-    int64_t ldy = a.seg[s].ldy;
-    if (splits > 1) {
-        y = part + (int64_t)blockIdx.z * T * total + tc_seg_first(a, s);
-        ldy = total;
-    }
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-        const int tok0 = 8 * (n0 + n) + 2 * tig, tok1 = tok0 + 1;
-        const float u = 1.0f / MMF_UP;
-        if (ok[0] && tok0 < T) y[tok0 * ldy + r[0]] = acc[n][0] * u;
-        if (ok[0] && tok1 < T) y[tok1 * ldy + r[0]] = acc[n][1] * u;
-        if (ok[1] && tok0 < T) y[tok0 * ldy + r[1]] = acc[n][2] * u;
-        if (ok[1] && tok1 < T) y[tok1 * ldy + r[1]] = acc[n][3] * u;
-    }
 }
 
 __device__ __forceinline__ float4 mmf_in4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
@@ -410,8 +499,8 @@ extern "C" cudaError_t mu_cu_mmf_pack16(const uint16_t *x, int64_t ldx, int64_t 
     return mmf_pack(reinterpret_cast<const __half *>(x), ldx, K, T, xp, e);
 }
 
-/* One launch with S stages (smem bytes, blocks a SM); K split for enough
- * warps on every SM, at least one span each. */
+/* One launch with S stages (smem bytes, blocks a SM), the blocks one wave
+ * of equal ranges (tc_launch). */
 template <uint32_t TYPE, int NT, int S, int W>
 static cudaError_t mmf_launch(const mu_cu_mvr *a, const mu_cu_exec *x, size_t smem, int blocks_per_sm) {
     static bool raised[MU_CU_MAX_DEVICES];
@@ -427,7 +516,7 @@ static cudaError_t mmf_launch(const mu_cu_mvr *a, const mu_cu_exec *x, size_t sm
         raised[dev] = true;
     }
     const int64_t spans = (a->seg[0].w.cols / 256 + 1) / 2;
-    return tc_launch(mmf_kernel<TYPE, NT, S, W>, a, x, W, NT, spans, W * blocks_per_sm, smem);
+    return tc_launch(mmf_kernel<TYPE, NT, S, W>, a, x, W, NT, spans, blocks_per_sm, smem);
 }
 
 /* One tile of tokens: three stages where two blocks fit an SM with them;

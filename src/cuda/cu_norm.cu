@@ -89,8 +89,33 @@ __global__ void swiglu_kernel(float *g, const float *u, uint16_t *h, int64_t tot
     }
 }
 
-extern "C" cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T,
-                                     const mu_cu_exec *x) {
+/* As swiglu_kernel, four elements a thread, also into the tensor-core
+ * batch's packed inputs (rows of n, n % 256 == 0: a warp's 128 elements
+ * lie in one row, every lane of it in range together). */
+__global__ void swiglu_pack_kernel(float *g, const float *u, uint16_t *h, int64_t n, int64_t total4, uint2 *xp) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t n4 = n / 4;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 x = reinterpret_cast<const float4 *>(g)[i], y = __ldg(reinterpret_cast<const float4 *>(u) + i);
+        const float4 v = make_float4(swiglu1(x.x, y.x), swiglu1(x.y, y.y), swiglu1(x.z, y.z), swiglu1(x.w, y.w));
+        reinterpret_cast<float4 *>(g)[i] = v;
+        if (h) {
+            uint16_t *o = h + 4 * i;
+            o[0] = f32_to_f16(v.x), o[1] = f32_to_f16(v.y), o[2] = f32_to_f16(v.z), o[3] = f32_to_f16(v.w);
+        }
+        const int64_t t = i / n4;
+        mmf_in_put4(xp, (int)(n / 256), t, (int)(4 * (i - t * n4)), v);
+    }
+}
+
+extern "C" cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, void *xp,
+                                         const mu_cu_exec *x) {
+    if (xp) {
+        if (n % 256) return cudaErrorInvalidValue;
+        return launch_pdl(swiglu_pack_kernel, dim3(1024), dim3(256), 0, x, g, u, h, n, n * T / 4,
+                          static_cast<uint2 *>(xp));
+    }
     return launch_pdl(swiglu_kernel, dim3(1024), dim3(256), 0, x, g, u, h, n * T);
 }
 

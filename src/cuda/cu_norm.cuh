@@ -6,6 +6,7 @@
 #define MU_CU_NORM_CUH
 
 #include "cuda/cu_device.cuh"
+#include "cuda/cu_mmf_in.cuh"
 
 /* ---- the residual / norm tail ----------------------------------------------------------
  * One row of n (a multiple of 32) by one block of NW warps. Each phase is
@@ -14,7 +15,7 @@
  * staged in shared memory; warp w owns 128-element chunks w, w + NW, ...
  * (lane l: elements 4l .. 4l+3 of a chunk) in every phase. Data other
  * blocks or kernels wrote is read through L2. */
-#define TAIL_MAXN 8192
+#define TAIL_MAXN MU_CU_TAIL_MAXN
 
 /* int8 groups of 16 held 4 per lane (4 lanes a group); q, ds: row base. */
 __device__ __forceinline__ void quantize4(const float4 &v, int elem, int8_t *q, float *ds) {
@@ -196,6 +197,7 @@ __device__ void resnorm_block(const mu_cu_resnorm &rn, int64_t t, float *sv) {
             o[0] = f32_to_f16(a.x), o[1] = f32_to_f16(a.y), o[2] = f32_to_f16(a.z), o[3] = f32_to_f16(a.w);
         }
         if (rn.out.q) quantize4(a, e, rn.out.q + off, rn.out.ds + off / 16 * 2);
+        if (rn.out.xp) mmf_in_put4(static_cast<uint2 *>(rn.out.xp), rn.out.xp_nb, t, e, a);
     }
 #undef TAIL_FOR
 }

@@ -71,13 +71,18 @@ typedef struct mu_cu_act {
     const float *ds;  /* [n/16][2]: d and d * sum(q) of each group of 16 */
 } mu_cu_act;
 
-/* Outputs of a normalization: f32, plus int8 blocks and/or f16 when asked. */
+/* Outputs of a normalization: f32, plus int8 blocks and/or f16 when asked,
+ * and/or the tensor-core batch's packed inputs (cu_mmf_in.cuh; rows of at
+ * most MU_CU_TAIL_MAXN for the residual/norm tail). */
 typedef struct mu_cu_normout {
     float *x;
     int8_t *q;        /* NULL: no int8 blocks */
     float *ds;
     uint16_t *h;      /* NULL: no f16 copy    */
+    void *xp;         /* NULL: not packed     */
+    int xp_nb;        /* K-blocks of 256 a row */
 } mu_cu_normout;
+#define MU_CU_TAIL_MAXN 8192 /* the widest row the tail stages in shared memory */
 
 /* Residual update and the next pre-norm, one row of n:
  *   if branch: h += post_norm(branch) (eps_post; w_post NULL: plain add)
@@ -191,7 +196,7 @@ cudaError_t mu_cu_embed(const mu_cu_weight *tok, mu_cu_recs recs, int T, mu_cu_r
 /* rn applied to T rows (prefill). */
 cudaError_t mu_cu_resnorm_rows(mu_cu_resnorm rn, int T, const mu_cu_exec *x);
 /* out = silu(g) * u for T rows of n, f32 in place of g and optional f16. */
-cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, const mu_cu_exec *x);
+cudaError_t mu_cu_swiglu_rows(float *g, const float *u, uint16_t *h, int64_t n, int T, void *xp, const mu_cu_exec *x);
 /* logits = cap * tanh(scale * logits / cap) over n values. */
 cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float softcap, const mu_cu_exec *x);
 /* ids[t] = the greedy choice of row t of x [T][n] (engine/parity.h's

@@ -65,10 +65,12 @@ void cuda_mvr_take(mu_cu_mvr *r, const mu_cu_weight *const *ws, float *const *ys
  * [T][ldx] (exact lane; MM_FAST_ROWS with aq NULL: quantized while staged),
  * with aq/ads its int8 groups where the producer wrote them (MM_MMF: always).
  * MM_FAST_ROWS and MM_MMF run the matrices of one type in one launch (MM_MMF
- * those without a tensor-core kernel as MM_FAST_ROWS). */
+ * those without a tensor-core kernel as MM_FAST_ROWS). packed: MM_MMF's
+ * packed inputs are in wk->mmf_x already (the producer wrote them). */
 static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws, float *const *ys,
-                  const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T) {
-    for (int k = 0; route == MM_MMF && k < n; k++)
+                  const int64_t *ldy, int n, const void *A, const int8_t *aq, const float *ads, int64_t ldx, int T,
+                  bool packed) {
+    for (int k = 0; route == MM_MMF && !packed && k < n; k++)
         if (ws[k]->qs && mu_cu_mmf_ok(ws[k]->type, ws[k]->cols)) { /* the inputs packed as f16 (A: f32) */
             CU_CHECK(mu_cu_mmf_pack((const float *)A, ldx, ws[k]->cols, T, b->wk->mmf_x, &b->exec));
             break;
@@ -91,6 +93,8 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
         r.nrows = T;
         r.part = b->wk->tc_part;
         r.part_cap = CUDA_TC_PART;
+        r.counters = b->wk->tc_count;
+        r.counter_cap = CUDA_TC_COUNT;
         r.xp = b->wk->mmf_x;
         cuda_mvr_take(&r, ws, ys, ldy, n, k, done);
         if (route == MM_MMF && mu_cu_mmf_ok(ws[k]->type, ws[k]->cols)) CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
@@ -101,8 +105,8 @@ static int mm_set(cuda_backend *b, mm_route route, const mu_cu_weight *const *ws
 
 /* one matrix of mm_set */
 static int mm_one(cuda_backend *b, mm_route route, const mu_cu_weight *w, float *y, int64_t ldy, const void *A,
-                  const int8_t *aq, const float *ads, int64_t ldx, int T) {
-    return mm_set(b, route, &w, &y, &ldy, 1, A, aq, ads, ldx, T);
+                  const int8_t *aq, const float *ads, int64_t ldx, int T, bool packed) {
+    return mm_set(b, route, &w, &y, &ldy, 1, A, aq, ads, ldx, T, packed);
 }
 
 /* Row i of a batched step, layer l: QK-norm + RoPE + KV append into kv's
@@ -125,13 +129,13 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
 /* Layer l's attention for all T rows of a batched step in one launch each
  * (QK-norm + RoPE + append, split-K attention, merge + gate), every row over
  * its own session's planes (d_planes), at most `cap` splits a row. */
-static int batch_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out) {
+static int batch_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, bool pack) {
     void *const *kc_rows = b->d_planes + (int64_t)l * 2 * T, *const *vc_rows = kc_rows + T;
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
     qp.kc_rows = kc_rows;
     qp.vc_rows = vc_rows;
     CU_CHECK(mu_cu_qkv_post_launch(&qp, &b->exec));
-    return cuda_attention_rows(b, l, T, cap, f16_out, kc_rows, vc_rows);
+    return cuda_attention_rows(b, l, T, cap, f16_out, pack, kc_rows, vc_rows);
 }
 
 /* Splits a row of a batched step's one-launch attention may take (the
@@ -150,6 +154,12 @@ static int rows_attention_cap(cuda_backend *const *rows, int T) {
     return (int)(fit < b->split_dec ? fit : b->split_dec);
 }
 
+/* A tail's rows also into the tensor-core batch's packed inputs (when pack). */
+static void pack_into(mu_cu_resnorm *rn, const cuda_backend *b, bool pack) {
+    rn->out.xp = pack ? b->wk->mmf_x : NULL;
+    rn->out.xp_nb = (int)(b->E / 256);
+}
+
 /* The batched step's kernels (the records and planes uploaded, the chunk
  * logits reserved); logits of row i in row i of logits_all. cap: as
  * rows_attention_cap (0: a launch per row, over rows[i]'s planes). */
@@ -163,8 +173,13 @@ static int enqueue_batch(cuda_backend *b, cuda_backend *const *rows, int T, int 
                                         without a tensor-core kernel */
     const int8_t *aq = rows8 ? b->wk->aq : NULL;
     const float *ads = rows8 ? b->wk->ads : NULL;
+    /* MM_MMF: the producers write the packed inputs (the residual/norm
+     * tails, the attention merge of the one-launch attention, SwiGLU) */
+    const bool pack_e = tc && b->E % 256 == 0 && b->E <= MU_CU_TAIL_MAXN, pack_o = tc && cap > 0 && b->Q % 256 == 0,
+               pack_f = tc && b->F % 256 == 0;
     mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f16);
     rn.embd_norm = hp->embd_norm;
+    pack_into(&rn, b, pack_e);
     CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
     const void *A = f16 ? (const void *)b->wk->a16 : (const void *)b->wk->ax;
     for (int l = 0; l < hp->n_layer; l++) {
@@ -172,29 +187,34 @@ static int enqueue_batch(cuda_backend *b, cuda_backend *const *rows, int T, int 
         const mu_cu_weight *qkvg[] = {&D->wq, &D->wk, &D->wv, &D->wgate};
         float *const qkvg_y[] = {b->wk->q, b->wk->k, b->wk->v, b->wk->g};
         const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
-        RC(mm_set(b, route, qkvg, qkvg_y, qkvg_ld, 4, A, aq, ads, b->E, T));
-        if (cap > 0) RC(batch_attention_rows(b, l, T, cap, f16));
+        RC(mm_set(b, route, qkvg, qkvg_y, qkvg_ld, 4, A, aq, ads, b->E, T, pack_e));
+        if (cap > 0) RC(batch_attention_rows(b, l, T, cap, f16, pack_o));
         else
             for (int i = 0; i < T; i++) RC(batch_attention_row(b, rows[i], i, l, f16));
         if (tc && !mu_cu_mmf_ok(D->wo.type, D->wo.cols))
             CU_CHECK(mu_cu_quantize_rows(b->wk->o, b->wk->bq, b->wk->bds, b->Q, T, x));
         RC(mm_one(b, route, &D->wo, b->wk->t, b->E, f16 ? (const void *)b->wk->o16 : (const void *)b->wk->o,
-                  tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->Q, T));
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f16), T, x));
+                  tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->Q, T, pack_o));
+        mu_cu_resnorm tail = cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f16);
+        pack_into(&tail, b, pack_e);
+        CU_CHECK(mu_cu_resnorm_rows(tail, T, x));
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
         float *const gu_y[] = {b->wk->ff, b->wk->fu};
         const int64_t gu_ld[] = {b->F, b->F};
-        RC(mm_set(b, route, gu, gu_y, gu_ld, 2, A, aq, ads, b->E, T));
-        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f16 ? b->wk->f16b : NULL, b->F, T, x));
+        RC(mm_set(b, route, gu, gu_y, gu_ld, 2, A, aq, ads, b->E, T, pack_e));
+        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f16 ? b->wk->f16b : NULL, b->F, T,
+                                   pack_f ? b->wk->mmf_x : NULL, x));
         if (tc && !mu_cu_mmf_ok(D->ffn_down.type, D->ffn_down.cols))
             CU_CHECK(mu_cu_quantize_rows(b->wk->ff, b->wk->bq, b->wk->bds, b->F, T, x));
         RC(mm_one(b, route, &D->ffn_down, b->wk->t, b->E, f16 ? (const void *)b->wk->f16b : (const void *)b->wk->ff,
-                  tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->F, T));
+                  tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->F, T, pack_f));
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_ffn_norm, next, f16), T, x));
+        tail = cuda_resnorm(b, b->wk->t, D->post_ffn_norm, next, f16);
+        pack_into(&tail, b, pack_e);
+        CU_CHECK(mu_cu_resnorm_rows(tail, T, x));
     }
     if (!mu_model_heads(b->m)) return 0; /* a split's first side: the rows' h crosses to the CPU */
-    RC(mm_one(b, route, &b->w->output, b->wk->logits_all, b->V, A, aq, ads, b->E, T));
+    RC(mm_one(b, route, &b->w->output, b->wk->logits_all, b->V, A, aq, ads, b->E, T, pack_e));
     CU_CHECK(mu_cu_logits_finish(b->wk->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
     return 0;
 }

@@ -121,6 +121,7 @@ typedef struct prof_state {
 /* floats of partial sums for the tensor-core batch's K splits (decode-size
  * batches: 4 splits of q, k, v and the gate of the 30B over 32 rows need 1.1 M) */
 #define CUDA_TC_PART (2 << 20)
+#define CUDA_TC_COUNT (1 << 18) /* the tensor-core batch's counters (row groups x tile columns) */
 
 /* The work buffers of a session's steps that grow with its chunk (T rows),
  * with the stream and cuBLAS handle they are used on: held once by all the
@@ -150,7 +151,8 @@ typedef struct cu_work {
     int8_t *bq;           /* [T][max(Q, F)] batched steps on tensor cores: the int8 groups of
                              Wo's and down's inputs                                   */
     float *bds;           /* [T][max(Q, F)/16][2]                                    */
-    float *tc_part;      /* [CUDA_TC_PART] partial sums of the tensor-core batch's K splits */
+    float *tc_part;       /* [CUDA_TC_PART] the tensor-core batch's pieces of row groups (cu_tc_rows.cuh) */
+    unsigned int *tc_count; /* [CUDA_TC_COUNT] their counters: zero between launches */
     void *mmf_x;          /* mu_gpu_mmf_halves(max(E, Q, F), T) f16: the f16 tensor-core batch's packed inputs */
     uint64_t mmf_x_halves; /* their room */
     float *t;             /* [max(T, 8)][E] branch outputs (Wo, down) before the residual add; decode: up to 8
@@ -356,7 +358,7 @@ mu_cu_qkv_post cuda_qkv_post(const cuda_backend *b, int l, int T);
 mu_cu_attn_decode cuda_attn_decode(const cuda_backend *b, int l, const mu_cu_qkv_post *qp, bool quant_out);
 int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
                    prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts);
-int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, void *const *kc_rows,
+int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, bool pack, void *const *kc_rows,
                         void *const *vc_rows);
 void cuda_mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act);
 void cuda_mv_seg(mu_cu_mv *a, const mu_cu_weight *w, float *y);

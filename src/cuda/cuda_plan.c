@@ -14,7 +14,8 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define PLAN_BATCH_PARTS 8  /* decode: q, k, v, gate in up to 8 batch parts (MU_CU_BATCH_PARTS_MAX) */
 #define PLAN_DOWN_PARTS 8   /* decode: up to 8 partial sums of the split ffn down */
-#define PLAN_TC_PART (2 << 20) /* floats of the tensor-core batch's K-split partials (CUDA_TC_PART) */
+#define PLAN_TC_PART (2 << 20) /* floats of the tensor-core batch's pieces (CUDA_TC_PART) */
+#define PLAN_TC_COUNT (1 << 18) /* its counters (CUDA_TC_COUNT) */
 #define PREFILL_SPARE 3e9   /* the f16 cache is built where this much is left beside it */
 
 /* cudaMalloc hands out 256-byte aligned blocks */
@@ -47,7 +48,7 @@ static uint64_t work_bytes(const mu_gpu_plan_in *in, uint64_t parts, uint64_t wt
     const uint64_t f16[] = {T * E, T * Q, T * F};        /* a16, o16, f16b */
     const uint64_t QF = max_u64(Q, F); /* bq, bds: Wo's and down's int8 inputs in batched steps */
     uint64_t sum = a256(T * E) + a256(4 * (T * E / 8)) + /* aq, ads */
-                   a256(wtmp) + a256(T * QF) + a256(4 * (T * QF / 8)) + a256(4 * (uint64_t)PLAN_TC_PART) +
+                   a256(wtmp) + a256(T * QF) + a256(4 * (T * QF / 8)) + a256(4 * (uint64_t)PLAN_TC_PART) + a256(4 * (uint64_t)PLAN_TC_COUNT) +
                    a256(2 * mu_gpu_mmf_halves(max_u64(E, QF), T)); /* + mmf_x */
     for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++) sum += a256(4 * f32[i]);
     for (size_t i = 0; i < 3; i++) sum += a256(2 * f16[i]);

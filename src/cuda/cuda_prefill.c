@@ -77,6 +77,8 @@ int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *
         r.xp = b->wk->mmf_x;
         r.part = b->wk->tc_part;
         r.part_cap = CUDA_TC_PART;
+        r.counters = b->wk->tc_count;
+        r.counter_cap = CUDA_TC_COUNT;
         CU_CHECK(mu_cu_mmf_set(&r, &b->exec));
     }
     return 0;
@@ -133,7 +135,7 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
         float *const gu_y[] = {b->wk->ff, b->wk->fu};
         const int64_t gu_ld[] = {b->F, b->F};
         RC(cuda_gemm_set(b, gu, gu_y, gu_ld, 2, A, T));
-        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T, x));
+        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T, NULL, x));
         return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, b->wk->t, b->E,
                              T);
     } else { /* after down of layer l */

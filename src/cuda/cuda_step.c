@@ -228,12 +228,15 @@ int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_
 
 /* Split-K attention of a batched step's T rows in one launch, row i over
  * its own session's planes (kc_rows[i], vc_rows[i]: device arrays, every
- * plane of b's capacity), then the merge + gate into o (o16). */
-int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, void *const *kc_rows,
+ * plane of b's capacity), then the merge + gate into o (o16; with pack also
+ * the tensor-core batch's packed inputs). */
+int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, bool pack, void *const *kc_rows,
                         void *const *vc_rows) {
     mu_cu_attn a;
     mu_cu_reduce r;
     attn_structs(b, b, l, T, 0, cuda_recs(b), cap, f16_out, false, 1, &a, &r);
+    r.out.xp = pack ? b->wk->mmf_x : NULL;
+    r.out.xp_nb = (int)(b->Q / 256);
     a.kc_rows = kc_rows;
     a.vc_rows = vc_rows;
     CU_CHECK(mu_cu_attention(&a, b->tune.mma_attention && !b->kv_f32, &b->exec));

@@ -70,6 +70,9 @@ int cuda_work_alloc(cuda_backend *b, int64_t parts) {
     DA(bq, T * QF, 1);
     DA(bds, T * QF / 8, 4);
     DA(tc_part, CUDA_TC_PART, 4);
+    DA(tc_count, CUDA_TC_COUNT, 4);
+    if (!rc && cudaMemsetAsync(k->tc_count, 0, sizeof(unsigned int) * CUDA_TC_COUNT, k->stream) != cudaSuccess)
+        rc = mu_fail(MUSER_EBACKEND, "cuda: cannot clear the tensor-core batch's counters");
     k->mmf_x_halves = mu_gpu_mmf_halves((uint64_t)b->E > QF ? (uint64_t)b->E : QF, T);
     DA(mmf_x, k->mmf_x_halves, 2);
     DA(t, T8 * b->E, 4);
@@ -118,7 +121,7 @@ void cuda_work_release(cuda_backend *b) {
     cudaSetDevice(k->device);
     if (k->stream) cudaStreamSynchronize(k->stream);
     void *dev[] = {k->h,  k->ax,  k->aq,  k->ads, k->q,      k->g,      k->k,      k->v,      k->qn,         k->o,
-                   k->bq, k->bds, k->tc_part, k->mmf_x, k->t, k->ff, k->fu, k->a16, k->o16, k->f16b,
+                   k->bq, k->bds, k->tc_part, k->tc_count, k->mmf_x, k->t, k->ff, k->fu, k->a16, k->o16, k->f16b,
                    k->part_m, k->part_l, k->part_o, k->logits_all, k->wtmp};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);

@@ -281,10 +281,11 @@ extern "C" int mu_cuda_test_mmf(int nseg, uint32_t type, const void *const *raws
     for (int s = 0; s < nseg; s++) total += rows[s];
     float *dx = pool.up(x, n);
     float *dy = pool.get<float>((size_t)T * total, 0xff);
-    const int64_t part_cap = 8 * (int64_t)T * total; /* K split up to 8 ways where the grid is small */
+    const int64_t part_cap = 2 << 20, counter_cap = 1 << 16; /* pieces of row groups over the blocks' ranges */
     float *part = pool.get<float>((size_t)part_cap, 0xff);
+    unsigned *counters = pool.get<unsigned>((size_t)counter_cap, 0);
     uint16_t *xp = pool.get<uint16_t>((size_t)mu_gpu_mmf_halves((uint64_t)cols, (uint64_t)T), 0xff);
-    if (!dx || !dy || !part || !xp) return mu_fail(-8, "cudaMalloc failed");
+    if (!dx || !dy || !part || !counters || !xp) return mu_fail(-8, "cudaMalloc failed");
     mu_cu_mvr a;
     memset(&a, 0, sizeof a);
     for (int64_t s = 0, off = 0; s < nseg; off += rows[s], s++) {
@@ -297,6 +298,8 @@ extern "C" int mu_cuda_test_mmf(int nseg, uint32_t type, const void *const *raws
     a.nrows = T;
     a.part = split ? part : NULL;
     a.part_cap = part_cap;
+    a.counters = counters;
+    a.counter_cap = counter_cap;
     mu_cu_exec ex = g_x;
     ex.mmf_wide = warps == 8 ? MU_CU_ROUTE_ALWAYS : MU_CU_ROUTE_NEVER;
     ex.mmf_tiles = tiles;
