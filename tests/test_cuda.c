@@ -306,6 +306,29 @@ static void test_embed(void) {
     printf("  embedding rows + norms\n");
 }
 
+/* SwiGLU with the tensor-core batch's packed inputs: rows of an even and an
+ * odd count of K-blocks (the missing block of the last span zero), tokens
+ * in part of a tile and over several */
+static void test_swiglu_pack(void) {
+    const int64_t ns[] = {512, 768, 19968};
+    const int Ts[] = {1, 5, 9};
+    for (int c = 0; c < 3; c++) {
+        const int64_t n = ns[c], total = n * Ts[c];
+        float *g = malloc(sizeof(float) * total), *u = malloc(sizeof(float) * total), *o = malloc(sizeof(float) * total);
+        for (int64_t i = 0; i < total; i++) g[i] = 2.0f * tl_rand_normal(&kref_rng), u[i] = tl_rand_normal(&kref_rng);
+        CHECKF(mu_cuda_test_swiglu_pack(n, Ts[c], g, u, o) == 0, "swiglu, %lld x %d tokens: %s", (long long)n, Ts[c],
+               muser_last_error());
+        int bad = 0;
+        for (int64_t i = 0; i < total; i++) {
+            const double r = (double)g[i] / (1.0 + exp(-(double)g[i])) * (double)u[i];
+            if (!(fabs(o[i] - r) <= 1e-5 * (1.0 + fabs(r)))) bad++;
+        }
+        CHECKF(bad == 0, "swiglu, %lld x %d tokens: %d values off", (long long)n, Ts[c], bad);
+        free(g), free(u), free(o);
+    }
+    printf("  SwiGLU + packed inputs of the tensor-core batch (even and odd K-block counts)\n");
+}
+
 static void test_logits(void) {
     const int64_t V = 3001, cols = 512;
     for (int ti = 0; ti < 2; ti++) {
@@ -850,6 +873,7 @@ int main(void) {
     test_matvec_cut();
     test_dequant();
     test_embed();
+    test_swiglu_pack();
     test_qkv_post();
     test_attention();
     printf("parity on the fixtures:\n");

@@ -206,17 +206,16 @@ static void print_markdown(const mu_bench_parallel *p, muser_session *s, const m
     }
 }
 
-/* Sessions 0..maxw-1 on model m; the first is the step's leader. */
+/* Sessions 0..maxw-1 on model m; the first is the step's leader. All
+ * alike, as a server's slots are (the batch is capped by the context): a
+ * sliding layer's ring holds window + batch - 1 rows, and rings of
+ * different sizes cannot share the step's one attention launch. */
 static int open_sessions(const mu_bench_parallel *p, const muser_model *model, int maxw, long positions,
                          muser_session **s) {
     muser_session_params sp = p->sp;
+    sp.n_ctx = positions > maxw ? (int)positions : maxw;
+    sp.n_batch = maxw;
     for (int i = 0; i < maxw; i++) {
-        sp.n_ctx = (int)positions;
-        sp.n_batch = 1;
-        if (i == 0) {
-            sp.n_ctx = positions > maxw ? (int)positions : maxw; /* the batch is capped by the context */
-            sp.n_batch = maxw;
-        }
         if (muser_session_new(model, &sp, &s[i]) != 0) {
             fprintf(stderr, "muser bench: session %d of %d: %s\n", i + 1, maxw, muser_last_error());
             return 1;

@@ -168,6 +168,35 @@ extern "C" void mu_cuda_test_routes(int grid_cap, int flat, int cut, int pair) {
         if (rc_) return rc_; \
     } while (0)
 
+/* A producer's packed inputs for the tensor-core batch (xp, cu_mmf_in.cuh)
+ * against mu_cu_mmf_pack of its f32 output x [T][K]: the value slots bit
+ * for bit, the sub-block sums (f32 sums in another order, rounded to f16)
+ * within an f16 rounding. The tokens past T of the last tile are not the
+ * producer's to write. */
+static int check_xp(const float *x, int64_t K, int T, const void *xp) {
+    Pool pool;
+    const size_t halves = (size_t)mu_gpu_mmf_halves((uint64_t)K, (uint64_t)T);
+    uint16_t *ref = pool.get<uint16_t>(halves, 0xff);
+    if (!ref) return mu_fail(-8, "cudaMalloc failed");
+    TCK(mu_cu_mmf_pack(x, K, K, T, ref, &g_x));
+    TCK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(halves), want(halves);
+    RCK(down(got.data(), (const uint16_t *)xp, halves));
+    RCK(down(want.data(), ref, halves));
+    const int64_t NS = (K / 256 + 1) / 2, per_tile = NS * 33 * 32;
+    for (size_t i = 0; i < halves; i++) {
+        const int64_t j = (int64_t)i / 4, lane = j % 32, slot = j / 32 % 33, tok = j / per_tile * 8 + lane / 4;
+        if (tok >= T) continue;
+        const float g = __half2float(__ushort_as_half(got[i])), w = __half2float(__ushort_as_half(want[i]));
+        const bool ok = slot < 32 ? got[i] == want[i] : fabsf(g - w) <= 1e-3f * fabsf(w) + 1e-4f;
+        if (!ok)
+            return mu_fail(-9, "packed inputs: token %lld, span %lld, slot %lld, lane %lld: %.6g, packing gives %.6g",
+                           (long long)tok, (long long)(j / (33 * 32) % NS), (long long)slot, (long long)lane,
+                           (double)g, (double)w);
+    }
+    return 0;
+}
+
 extern "C" int mu_cuda_test_matvec(int nseg, const uint32_t *types, const void *const *raws, const int64_t *rows,
                                    int64_t cols, const float *x, int lane, float *y, int8_t *xq, float *xds,
                                    int batch_parts) {
@@ -417,14 +446,33 @@ extern "C" int mu_cuda_test_embed(uint32_t type, const void *raw, int64_t V, int
     rn.n = (int)E;
     rn.stride = E;
     rn.out.x = pool.get<float>((size_t)(T * E), 0xff);
+    const bool pack = E % 256 == 0 && E <= MU_CU_TAIL_MAXN; /* (also the tensor-core batch's packed inputs) */
+    if (pack) {
+        rn.out.xp = pool.get<uint16_t>((size_t)mu_gpu_mmf_halves((uint64_t)E, (uint64_t)T), 0xff);
+        rn.out.xp_nb = (int)(E / 256);
+    }
     unsigned long long *best = pool.get<unsigned long long>(1, 0xff);
     TCK(mu_cu_embed(&w, recs, T, rn, best, &g_x));
     TCK(cudaDeviceSynchronize());
+    if (pack) RCK(check_xp(rn.out.x, E, T, rn.out.xp));
     unsigned long long hb = 1;
     RCK(down(&hb, best, 1));
     if (hb != 0ull) return mu_fail(-8, "embed did not reset the selection slot");
     RCK(down(h_out, rn.h, (size_t)(T * E)));
     RCK(down(a_out, rn.out.x, (size_t)(T * E)));
+    return 0;
+}
+
+extern "C" int mu_cuda_test_swiglu_pack(int64_t n, int T, const float *g, const float *u, float *out) {
+    Pool pool;
+    float *dg = pool.up(g, (size_t)(n * T));
+    const float *du = pool.up(u, (size_t)(n * T));
+    uint16_t *xp = pool.get<uint16_t>((size_t)mu_gpu_mmf_halves((uint64_t)n, (uint64_t)T), 0xff);
+    if (!dg || !du || !xp) return mu_fail(-8, "cudaMalloc failed");
+    TCK(mu_cu_swiglu_rows(dg, du, nullptr, n, T, xp, &g_x));
+    TCK(cudaDeviceSynchronize());
+    RCK(check_xp(dg, n, T, xp));
+    RCK(down(out, dg, (size_t)(n * T)));
     return 0;
 }
 
@@ -569,8 +617,14 @@ extern "C" int mu_cuda_test_attention(const mu_cuda_test_attn *t) {
     r.out.ds = t->out_q ? pool.get<float>((size_t)T * H * 16, 0xff) : nullptr;
     r.out_stride = H * 128;
     r.recs = a.recs;
+    const bool pack = H * 128 % 256 == 0; /* (also the tensor-core batch's packed inputs) */
+    if (pack) {
+        r.out.xp = pool.get<uint16_t>((size_t)mu_gpu_mmf_halves((uint64_t)H * 128, (uint64_t)T), 0xff);
+        r.out.xp_nb = H * 128 / 256;
+    }
     TCK(mu_cu_attn_reduce(&r, &g_x));
     TCK(cudaDeviceSynchronize());
+    if (pack) RCK(check_xp(r.out.x, H * 128, T, r.out.xp));
     RCK(down(t->out, r.out.x, (size_t)T * H * 128));
     if (t->out_q) {
         RCK(down(t->out_q, r.out.q, (size_t)T * H * 128));

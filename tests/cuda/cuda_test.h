@@ -60,6 +60,9 @@ int mu_cuda_test_matvec_resnorm(uint32_t type, const void *raw, int64_t n, int64
 /* embedding rows + optional weightless norm + pre-norm, T tokens. */
 int mu_cuda_test_embed(uint32_t type, const void *raw, int64_t V, int64_t E, const int32_t *tokens, int T,
                        bool embd_norm, const float *w_next, float eps, float *h_out, float *a_out);
+/* SwiGLU of T rows of n (g, u) into out, also into the tensor-core batch's
+ * packed inputs (checked against its packing pass). */
+int mu_cuda_test_swiglu_pack(int64_t n, int T, const float *g, const float *u, float *out);
 /* LM head: logits (scale, soft-cap) and the device-side choice. */
 int mu_cuda_test_logits(uint32_t type, const void *raw, int64_t V, int64_t cols, const float *x, int lane, float scale,
                         float softcap, float temperature, uint32_t seed, int pos, float *logits, int32_t *chosen);
