@@ -219,6 +219,15 @@ static int enqueue_batch(cuda_backend *b, cuda_backend *const *rows, int T, int 
     return 0;
 }
 
+typedef struct {
+    cuda_backend *const *rows;
+    int T, cap;
+} batch_args;
+static int enqueue_batch_args(cuda_backend *b, void *arg) {
+    const batch_args *a = arg;
+    return enqueue_batch(b, a->rows, a->T, a->cap);
+}
+
 void cuda_batch_graphs_free(cuda_backend *b) {
     for (int i = 0; i < CUDA_BATCH_GRAPHS; i++) {
         if (b->batch_graphs[i].exec) cudaGraphExecDestroy(b->batch_graphs[i].exec);
@@ -245,17 +254,9 @@ static cudaGraphExec_t batch_graph_for(cuda_backend *b, cuda_backend *const *row
     }
     if (slot->exec) cudaGraphExecDestroy(slot->exec);
     memset(slot, 0, sizeof *slot);
-    cudaGraph_t graph = NULL;
+    batch_args args = {rows, T, cap};
     cudaGraphExec_t exec = NULL;
-    cudaError_t e = cudaStreamBeginCapture(b->exec.stream, cudaStreamCaptureModeThreadLocal);
-    int rc = e == cudaSuccess ? enqueue_batch(b, rows, T, cap) : 0;
-    if (e == cudaSuccess) e = cudaStreamEndCapture(b->exec.stream, &graph);
-    if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-    if (graph) cudaGraphDestroy(graph);
-    if (rc || e != cudaSuccess) {
-        mu_warn("cuda: capturing the batched step as a graph failed (%s); launching op by op",
-                rc ? muser_last_error() : cudaGetErrorString(e));
-        (void)cudaGetLastError();
+    if (!cuda_graph_capture(b, enqueue_batch_args, &args, "the batched step", &exec)) {
         b->batch_graph_broken = true;
         return NULL;
     }

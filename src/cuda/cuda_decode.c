@@ -277,6 +277,11 @@ int cuda_prof_collect(cuda_backend *b, int pos) {
     return 0;
 }
 
+static int enqueue_decode_plain(cuda_backend *b, void *unused) {
+    (void)unused;
+    return enqueue_decode(b, NULL);
+}
+
 /* Runs the decode step: the captured graph when possible, else op by op
  * (always op by op with events while profiling). */
 int cuda_decode_run(cuda_backend *b) {
@@ -287,21 +292,9 @@ int cuda_decode_run(cuda_backend *b) {
     const int r = b->route;
     if (b->tune.graph && !b->graph_broken) {
         if (!b->graph_ready[r]) {
-            cudaGraph_t graph = NULL;
-            int rc = 0;
-            CU_CHECK(cudaStreamBeginCapture(b->exec.stream, cudaStreamCaptureModeThreadLocal));
-            rc = enqueue_decode(b, NULL);
-            cudaError_t e = cudaStreamEndCapture(b->exec.stream, &graph);
-            if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&b->graph[r], graph, 0);
-            if (graph) cudaGraphDestroy(graph);
-            if (rc || e != cudaSuccess) {
-                mu_warn("cuda: capturing the token step as a graph failed (%s); launching op by op",
-                        rc ? muser_last_error() : cudaGetErrorString(e));
-                (void)cudaGetLastError();
-                b->graph_broken = true;
-            } else {
-                b->graph_ready[r] = true;
-            }
+            const bool ok = cuda_graph_capture(b, enqueue_decode_plain, NULL, "the token step", &b->graph[r]);
+            b->graph_ready[r] = ok;
+            b->graph_broken = !ok;
         }
         if (b->graph_ready[r]) {
             CU_CHECK(cudaGraphLaunch(b->graph[r], b->exec.stream));

@@ -399,6 +399,10 @@ int cuda_tentative_keep(mu_backend *base, int n_keep);
  * segments); marks them done. */
 void cuda_mvr_take(mu_cu_mvr *r, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n, int k,
                    bool *done);
+/* What enqueue(b, arg) launches on b's stream, captured as a graph (*out);
+ * false where the capture failed (warned: `what` names the step). */
+bool cuda_graph_capture(cuda_backend *b, int (*enqueue)(cuda_backend *, void *), void *arg, const char *what,
+                        cudaGraphExec_t *out);
 int cuda_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                        float *const *logits);
 void cuda_batch_graphs_free(cuda_backend *b);

@@ -79,6 +79,23 @@ int cuda_fill_records(cuda_backend *b, const muser_token *tokens, int T, int pos
     return rc;
 }
 
+bool cuda_graph_capture(cuda_backend *b, int (*enqueue)(cuda_backend *, void *), void *arg, const char *what,
+                        cudaGraphExec_t *out) {
+    cudaGraph_t graph = NULL;
+    *out = NULL;
+    cudaError_t e = cudaStreamBeginCapture(b->exec.stream, cudaStreamCaptureModeThreadLocal);
+    const int rc = e == cudaSuccess ? enqueue(b, arg) : 0;
+    if (e == cudaSuccess) e = cudaStreamEndCapture(b->exec.stream, &graph);
+    if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(out, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (!rc && e == cudaSuccess) return true;
+    mu_warn("cuda: capturing %s as a graph failed (%s); launching op by op", what,
+            rc ? muser_last_error() : cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    *out = NULL;
+    return false;
+}
+
 mu_cu_act cuda_act(const float *x, const int8_t *q, const float *ds) {
     mu_cu_act a = {x, q, ds};
     return a;
