@@ -236,12 +236,16 @@ void cuda_batch_graphs_free(cuda_backend *b) {
     b->batch_graph_broken = false;
 }
 
-/* The captured step of T rows (capturing it into the least recently used
- * entry when absent), or NULL where it cannot be captured: then the
- * kernels launch one by one. Only steps whose every row's planes the
+/* The captured step of T rows, or NULL: then the kernels launch one by
+ * one. A step absent from the cache is captured into its least recently
+ * used entry when the session's previous step had as many rows (a server
+ * whose batch changes every step, sessions coming and going, would
+ * otherwise pay a capture a step). Only steps whose every row's planes the
  * launches reach through d_planes are captured (cap > 0): nothing in the
  * graph then depends on which sessions the rows are. */
 static cudaGraphExec_t batch_graph_for(cuda_backend *b, cuda_backend *const *rows, int T, int cap) {
+    const int prev_T = b->batch_prev_T;
+    b->batch_prev_T = T;
     if (!b->tune.graph || b->batch_graph_broken || cap <= 0) return NULL;
     batch_graph *slot = &b->batch_graphs[0];
     for (int i = 0; i < CUDA_BATCH_GRAPHS; i++) {
@@ -252,6 +256,7 @@ static cudaGraphExec_t batch_graph_for(cuda_backend *b, cuda_backend *const *row
         }
         if (!g->exec || g->used < slot->used) slot = g;
     }
+    if (prev_T != T) return NULL;
     if (slot->exec) cudaGraphExecDestroy(slot->exec);
     memset(slot, 0, sizeof *slot);
     batch_args args = {rows, T, cap};

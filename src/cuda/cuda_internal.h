@@ -231,6 +231,7 @@ typedef struct cuda_backend {
     bool graph_ready[N_ROUTES], graph_broken;
     batch_graph batch_graphs[CUDA_BATCH_GRAPHS];
     uint64_t batch_steps;
+    int batch_prev_T;     /* the rows of the step this session led last */
     bool batch_graph_broken;
     /* tensor parallel: the fused all-reduce (xr.n >= 2): Wo writes t, down
      * t2 (a rank still reading a peer's t after their meeting cannot see it
