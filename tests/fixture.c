@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
+#include "engine/parity.h"
 #include "fixture.h"
 #include "muser.h"
 
@@ -59,6 +61,29 @@ int tl_batch_step(muser_session **batch, muser_session **single, int n, int V, u
         CHECK(muser_session_pos(batch[i]) == muser_session_pos(single[i]));
     }
     return 0;
+}
+
+int tl_greedy_twins(muser_session **logits, muser_session **greedy, int n, int V, int steps, uint64_t *rng) {
+    muser_token tokens[64], host[64], chosen[64];
+    if (n < 1 || n > 64) return -1;
+    for (int i = 0; i < n; i++) tokens[i] = (muser_token)(tl_rand_u64(rng) % (uint64_t)V);
+    int differ = 0;
+    for (int step = 0; step < steps; step++) {
+        int rc = muser_batch_decode(logits, tokens, n);
+        CHECKF(rc == 0, "greedy twins, step %d (logits): %s", step, muser_last_error());
+        if (rc) return -1;
+        rc = mu_batch_decode_greedy(greedy, tokens, n, chosen);
+        CHECKF(rc == 0, "greedy twins, step %d (greedy): %s", step, muser_last_error());
+        if (rc) return -1;
+        for (int i = 0; i < n; i++) {
+            host[i] = mu_argmax(muser_session_logits(logits[i]), V);
+            differ += host[i] != chosen[i];
+            CHECK(muser_session_pos(greedy[i]) == muser_session_pos(logits[i]));
+            CHECK(muser_session_tokens(greedy[i])[muser_session_pos(greedy[i]) - 1] == tokens[i]);
+        }
+        memcpy(tokens, host, sizeof(muser_token) * (size_t)n);
+    }
+    return differ;
 }
 
 muser_session *tl_session(muser_model *m, const muser_session_params *sp, const char *what) {

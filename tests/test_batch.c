@@ -6,7 +6,9 @@
  * more sessions than the leader's n_batch run in chunks; a chunk the
  * backend refuses (MUSER_EUNSUPPORTED: too few rows, rows it cannot mix —
  * the CUDA backend does both) is fed row by row, whatever its place; bad
- * calls fail before changing anything. mu_session_decode_select without a
+ * calls fail before changing anything; mu_batch_decode_greedy chooses what
+ * the host's argmax of muser_batch_decode's logits chooses, refused chunks
+ * and one row included. mu_session_decode_select without a
  * device-side choice picks through the sampler. In the fast lane on K-quant
  * weights, steps of up to 8 rows give every row exactly (bit for bit) its
  * one-row logits, and so do steps of up to 64 where the kernel table has
@@ -112,6 +114,34 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv
     for (int i = 0; i < n; i++) {
         muser_session_free(batch[i]);
         muser_session_free(single[i]);
+    }
+}
+
+/* mu_batch_decode_greedy against muser_batch_decode + the host's argmax
+ * (the CPU has no device-side choice: the engine scans each row): every
+ * choice the same, one row (fed through decode_select), a batch, and with
+ * the refusing wrapper on, chunks fed row by row. */
+static void greedy_choices(const muser_model *m, int V, int n) {
+    muser_session *with_logits[MAX_ROWS], *greedy[MAX_ROWS];
+    uint64_t rng = 777 + (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        with_logits[i] = new_session(m, MUSER_KV_F32, 2);
+        greedy[i] = new_session(m, MUSER_KV_F32, 2);
+        muser_token prompt[64];
+        const int len = 2 + 3 * i;
+        for (int k = 0; k < len; k++) prompt[k] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
+        CHECK(muser_session_feed(with_logits[i], prompt, len, false) == 0);
+        CHECK(muser_session_feed(greedy[i], prompt, len, false) == 0);
+        if (g_wrap.on) wrap_backend(greedy[i]);
+    }
+    const int differ = tl_greedy_twins(with_logits, greedy, n, V, 6, &rng);
+    CHECKF(differ == 0, "rows %d: %d greedy choices differ from the host's argmax", n, differ);
+    muser_token t = 1, none;
+    CHECK(mu_batch_decode_greedy(greedy, &t, 1, NULL) == MUSER_EINVAL);
+    CHECK(mu_batch_decode_greedy(greedy, &t, 0, &none) == MUSER_EINVAL);
+    for (int i = 0; i < n; i++) {
+        muser_session_free(with_logits[i]);
+        muser_session_free(greedy[i]);
     }
 }
 
@@ -273,11 +303,17 @@ int main(void) {
     batch_vs_single(m, o.vocab, 6, MUSER_KV_F16, 2);
     bad_calls(m, o.vocab);
     decode_select_on_host(m, o.vocab);
+    greedy_choices(m, o.vocab, 1);
+    greedy_choices(m, o.vocab, 5);
     /* chunks of 3 + 3 + 1 rows: the last (too few) and the middle (its leader) refused */
     g_wrap.on = true;
     g_wrap.refuse_below = 2;
     batch_vs_single(m, o.vocab, 7, MUSER_KV_F32, 2);
     CHECKF(g_wrap.refusals == 2 * STEPS, "%d chunks refused, expected %d", g_wrap.refusals, 2 * STEPS);
+    g_wrap.refusals = 0;
+    g_wrap.refuse_leader = NULL;
+    greedy_choices(m, o.vocab, 7);
+    CHECKF(g_wrap.refusals > 0, "no chunk of the greedy steps was refused");
     g_wrap.on = false;
     muser_model_free(m);
     remove(path);

@@ -24,7 +24,9 @@
  *     the f16 GEMMs (batch_fast_rows=0 with batch_mmq=0 or
  *     prefill_cache=1): finite logits and top-1 agreement (90%);
  *   rows fed one by one (fewer than the exact lane's default 6, or
- *     batch_min_* = 0): bit-identical.
+ *     batch_min_* = 0): bit-identical;
+ *   greedy choices made on the device (mu_batch_decode_greedy) against
+ *     the host's argmax of the same step's logits: all the same.
  *
  * Without a GPU (or nvcc at build time) it exits 77 (skipped). */
 #include <math.h>
@@ -207,6 +209,32 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     }
 }
 
+/* mu_batch_decode_greedy (the rows' choices made on the device, ids
+ * back) against muser_batch_decode + the host's argmax of its logits, on
+ * twin sessions: the same kernels, so every choice the same. */
+static void greedy_on_device(const muser_model *m, int V, int n, muser_lane lane) {
+    muser_session *with_logits[MAX_ROWS], *greedy[MAX_ROWS];
+    uint64_t rng = 99 + (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        with_logits[i] = new_session(m, lane, MUSER_KV_F16, 32);
+        greedy[i] = new_session(m, lane, MUSER_KV_F16, 32);
+        if (!with_logits[i] || !greedy[i]) return;
+        muser_token prompt[8 * MAX_ROWS];
+        const int len = 1 + 5 * i;
+        for (int k = 0; k < len; k++) prompt[k] = (muser_token)(tl_rand_u64(&rng) % (uint64_t)V);
+        CHECK(muser_session_feed(with_logits[i], prompt, len, false) == 0);
+        CHECK(muser_session_feed(greedy[i], prompt, len, false) == 0);
+    }
+    const int differ = tl_greedy_twins(with_logits, greedy, n, V, STEPS, &rng);
+    printf("rows %2d, %-5s lane: greedy choices on the device, %d of %d differ from the host's argmax\n", n,
+           lane == MUSER_LANE_FAST ? "fast" : "exact", differ, n * STEPS);
+    CHECKF(differ == 0, "rows %d: %d device choices differ from the host's argmax", n, differ);
+    for (int i = 0; i < n; i++) {
+        muser_session_free(with_logits[i]);
+        muser_session_free(greedy[i]);
+    }
+}
+
 static void run_model(const char *path) {
     muser_model *m = NULL;
     if (muser_model_load(path, &m) != 0) {
@@ -226,6 +254,10 @@ static void run_model(const char *path) {
     batch_vs_single(m, V, 4, MUSER_LANE_FAST, MUSER_KV_F16, 16, false); /* f16 tensor cores */
     batch_vs_single(m, V, 2, MUSER_LANE_FAST, MUSER_KV_F16, 16, false); /* B-row matvec */
     batch_vs_single(m, V, 3, MUSER_LANE_EXACT, MUSER_KV_F32, 16, true); /* too few: one by one */
+    greedy_on_device(m, V, 2, MUSER_LANE_FAST);  /* B-row matvec */
+    greedy_on_device(m, V, 9, MUSER_LANE_FAST);  /* f16 tensor cores */
+    greedy_on_device(m, V, 17, MUSER_LANE_EXACT); /* GEMMs */
+    greedy_on_device(m, V, 3, MUSER_LANE_EXACT);  /* too few: each row's decode_select */
     setenv("MUSER_CUDA_TUNE", "batch_fast_rows=32", 1); /* 17 rows: two launches */
     batch_vs_single(m, V, 17, MUSER_LANE_FAST, MUSER_KV_F16, 32, false);
     setenv("MUSER_CUDA_TUNE", "batch_fast_rows=1", 1); /* f16 tensor cores: tiles of 8, 16, 32, 64 */

@@ -376,6 +376,7 @@ static const mu_backend_ops cuda_ops = {
     .membw = cuda_membw,
     .describe = cuda_describe_op,
     .forward_batch = cuda_forward_batch,
+    .forward_batch_greedy = cuda_forward_batch_greedy,
     .set_capture = cuda_set_capture,
     .tentative_begin = cuda_tentative_begin,
     .tentative_keep = cuda_tentative_keep,

@@ -304,10 +304,9 @@ static int run_batch(cuda_backend *b, cuda_backend *const *rows, int T) {
  * records); the matrices run once for all rows (batch_route), attention per
  * row over the row's own KV cache. Rows that cannot be mixed, or fewer than the tuning's batch_min_fast
  * / batch_min_exact (0: never), answer MUSER_EUNSUPPORTED before anything
- * changes: the engine then feeds them one by one through the decode graph. */
-int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, const int *pos, int n,
-                       float *const *logits) {
-    cuda_backend *const *rows = (cuda_backend *const *)rows_in;
+ * changes: the engine then feeds them one by one through the decode graph.
+ * The step's logits stay in the leader's logits_all. */
+static int batch_step(cuda_backend *const *rows, const muser_token *tokens, const int *pos, int n) {
     cuda_backend *b = rows[0];
     const int batch_min = b->fast ? b->tune.batch_min_fast : b->tune.batch_min_exact;
     if (batch_min <= 0 || n < batch_min || n > b->T_max)
@@ -325,7 +324,14 @@ int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, co
         RC(cuda_fill_records(r, &tokens[i], 1, pos[i], 0.0f, 0));
         if (r != b) memcpy(b->h_rec + (int64_t)i * b->rec_stride, r->h_rec, (size_t)b->rec_stride);
     }
-    RC(run_batch(b, rows, n));
+    return run_batch(b, rows, n);
+}
+
+int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, const int *pos, int n,
+                       float *const *logits) {
+    cuda_backend *const *rows = (cuda_backend *const *)rows_in;
+    cuda_backend *b = rows[0];
+    RC(batch_step(rows, tokens, pos, n));
     RC(cuda_sync_checked(b));
     if (!mu_model_heads(b->m)) return cuda_copy_hidden(b, n); /* (into the leader's crossing rows) */
     for (int i = 0; i < n; i++)
@@ -333,3 +339,13 @@ int cuda_forward_batch(mu_backend *const *rows_in, const muser_token *tokens, co
     return 0;
 }
 
+/* mu_backend_ops.forward_batch_greedy: the rows' greedy choices made on the
+ * device (cuda_rows_argmax), n ids back instead of n rows of logits. */
+int cuda_forward_batch_greedy(mu_backend *const *rows_in, const muser_token *tokens, const int *pos, int n,
+                              muser_token *next) {
+    cuda_backend *const *rows = (cuda_backend *const *)rows_in;
+    if (!mu_model_heads(rows[0]->m))
+        return mu_fail(MUSER_EUNSUPPORTED, "cuda: a split's first side has no logits to choose from");
+    RC(batch_step(rows, tokens, pos, n));
+    return cuda_rows_argmax(rows[0], rows[0]->wk->logits_all, n, next);
+}

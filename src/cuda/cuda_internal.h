@@ -406,6 +406,8 @@ bool cuda_graph_capture(cuda_backend *b, int (*enqueue)(cuda_backend *, void *),
                         cudaGraphExec_t *out);
 int cuda_forward_batch(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                        float *const *logits);
+int cuda_forward_batch_greedy(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                              muser_token *next);
 void cuda_batch_graphs_free(cuda_backend *b);
 
 /* cuda_tp.c */

@@ -79,6 +79,13 @@ typedef struct mu_backend_ops {
      * by one through forward. */
     int (*forward_batch)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                          float *const *logits);
+    /* forward_batch_greedy (optional; NULL: forward_batch, and the host
+     * scans the rows): forward_batch's step, but next[i] receives row i's
+     * greedy choice (mu_argmax's answer, engine/parity.h) made where the
+     * logits are, and no logits cross to the host (a GPU copies n ids, not
+     * n x n_vocab floats). Same contract otherwise. */
+    int (*forward_batch_greedy)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                                muser_token *next);
     /* ---- speculative decoding (optional; NULL where unsupported) ---------
      * set_capture: from the next forward on, each token of a chunk also
      * writes the residual stream entering each of the n layers `layers`
@@ -162,6 +169,12 @@ int mu_model_from_gguf(gguf_file *f, bool vocab_only, muser_model **out);
  * keep_logits. */
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
                              muser_token *next);
+
+/* muser_batch_decode, each session's next token chosen greedily (next[i],
+ * mu_argmax's answer) where the logits are: a GPU copies n ids back instead
+ * of n rows of logits. What the sessions' logits hold afterwards is not
+ * promised (a GPU's batched step copies none). */
+int mu_batch_decode_greedy(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next);
 
 /* Test hook of speculative decoding (engine/spec.c): fn proposes the n
  * tokens after `last` (at position pos) instead of the drafter; a test

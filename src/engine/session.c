@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/parity.h"
 #include "engine/session_internal.h"
 #include "text/vocab.h"
 #include "util/error.h"
@@ -428,10 +429,16 @@ const char *muser_model_meta_str(const muser_model *model, const char *key, size
     return v.ptr;
 }
 
-/* The batch as n one-token feeds; on failure the fed ones step back. */
-static int decode_one_by_one(muser_session *const *sessions, const muser_token *tokens, int n) {
+/* The batch as n one-token feeds (next: each chosen greedily, through the
+ * backend's decode_select where it has one); on failure the fed ones step
+ * back. */
+static int decode_one_by_one(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next) {
     for (int i = 0; i < n; i++) {
-        int rc = muser_session_feed(sessions[i], &tokens[i], 1, false);
+        muser_session *s = sessions[i];
+        /* (a session with a drafter feeds: its feeds capture the drafter's inputs) */
+        int rc = next && !s->spec ? mu_session_decode_select(s, tokens[i], 0.0f, 0, false, &next[i])
+                                  : muser_session_feed(s, &tokens[i], 1, false);
+        if (!rc && next && s->spec) next[i] = mu_argmax(muser_session_logits(s), s->model->hp.n_vocab);
         if (rc) {
             for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
             return rc;
@@ -440,7 +447,37 @@ static int decode_one_by_one(muser_session *const *sessions, const muser_token *
     return 0;
 }
 
-int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens, int n) {
+/* One chunk of a batch: rows mixed through the backend (with next, each
+ * row's greedy choice made where the logits are, or by the host from
+ * them), or one by one where it says MUSER_EUNSUPPORTED. */
+static int batch_chunk(const mu_backend_ops *ops, mu_backend *const *rows, const muser_token *tokens, const int *pos,
+                       int n, float *const *dst, int n_vocab, muser_token *next) {
+    const bool greedy_op = next && ops->forward_batch_greedy;
+    int rc = greedy_op ? ops->forward_batch_greedy(rows, tokens, pos, n, next)
+                       : ops->forward_batch(rows, tokens, pos, n, dst);
+    if (rc == MUSER_EUNSUPPORTED) {
+        /* rows the backend does not mix (or too few to gain from it): this
+         * chunk's rows one by one; the backend changed nothing before saying so */
+        mu_clear_error();
+        rc = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            mu_backend *r = rows[i];
+            if (next && r->decode_select) {
+                rc = r->decode_select(r, tokens[i], pos[i], 0.0f, 0, NULL, &next[i]);
+                continue;
+            }
+            rc = r->ops->forward(r, &tokens[i], 1, pos[i], false, dst[i]);
+            if (!rc && next) next[i] = mu_argmax(dst[i], n_vocab);
+        }
+        return rc;
+    }
+    for (int i = 0; i < n && next && !greedy_op && !rc; i++) next[i] = mu_argmax(dst[i], n_vocab);
+    return rc;
+}
+
+/* muser_batch_decode (next NULL: every session keeps its logits) or
+ * mu_batch_decode_greedy. */
+static int batch_decode(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next) {
     if (n <= 0 || !sessions || !tokens) return mu_fail(MUSER_EINVAL, "batch decode: nothing to decode");
     for (int i = 0; i < n; i++) {
         const muser_session *s = sessions[i];
@@ -460,7 +497,7 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
     bool batched = ops->forward_batch != NULL && n > 1;
     for (int i = 0; i < n && batched; i++) batched = sessions[i]->spec == NULL;
     for (int i = 0; i < n && batched; i++) batched = sessions[i]->backend->ops == ops;
-    if (!batched) return decode_one_by_one(sessions, tokens, n);
+    if (!batched) return decode_one_by_one(sessions, tokens, n, next);
     const size_t V = (size_t)sessions[0]->model->hp.n_vocab;
     for (int i = 0; i < n; i++) {
         muser_session *s = sessions[i];
@@ -489,15 +526,8 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
     for (int done = 0; done < n && !rc;) {
         const int cap = sessions[done]->cfg.n_batch;
         const int chunk = n - done < cap ? n - done : cap;
-        rc = ops->forward_batch(rows + done, tokens + done, pos + done, chunk, dst + done);
-        if (rc == MUSER_EUNSUPPORTED) {
-            /* rows the backend does not mix (or too few to gain from it): this
-             * chunk's rows one by one; the backend changed nothing before saying so */
-            mu_clear_error();
-            rc = 0;
-            for (int i = done; i < done + chunk && !rc; i++)
-                rc = rows[i]->ops->forward(rows[i], &tokens[i], 1, pos[i], false, dst[i]);
-        }
+        rc = batch_chunk(ops, rows + done, tokens + done, pos + done, chunk, dst + done, (int)V,
+                         next ? next + done : NULL);
         if (rc) {
             /* Every row goes back to where it was; KV rows of a half-done step are cut. */
             for (int i = 0; i < n; i++) {
@@ -511,10 +541,19 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
         for (int i = done; i < done + chunk; i++) {
             muser_session *s = sessions[i];
             s->history[s->pos++] = tokens[i];
-            s->logit_rows = 1;
+            s->logit_rows = next ? 0 : 1;
         }
         done += chunk;
     }
     free(rows), free(pos), free(dst);
     return rc;
+}
+
+int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens, int n) {
+    return batch_decode(sessions, tokens, n, NULL);
+}
+
+int mu_batch_decode_greedy(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next) {
+    if (!next) return mu_fail(MUSER_EINVAL, "batch decode: nowhere to put the choices");
+    return batch_decode(sessions, tokens, n, next);
 }

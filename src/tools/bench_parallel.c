@@ -1,14 +1,17 @@
 /* bench_parallel.c — `muser bench --parallel 1,2,4,...`: B sessions of one
- * model decoding together through muser_batch_decode, one row each per
- * step (llama-batched-bench's -npl), for each width B and KV depth.
+ * model decoding together (mu_batch_decode_greedy: muser_batch_decode with
+ * each row's greedy choice), one row each per step (llama-batched-bench's
+ * -npl), for each width B and KV depth.
  *
  * Every session of a width is filled to the depth with random finite K/V
  * (the KV fill hook, no prefill), then one warm-up step and n timed steps
  * run; the widths take turns, round after round, so that a shared
  * machine's drift reaches all of them alike. A step reads the weights once
  * and each row's KV, so bytes per step = weight bytes per token + B x KV
- * bytes at the depth. Only muser_batch_decode is timed; choosing the next
- * tokens (greedy, on the host) is not. Beside the wall time, the process's
+ * bytes at the depth. The step is timed whole, the next tokens' choice
+ * included: a GPU makes it where the logits are and copies B ids back (as
+ * the one-row step's decode_select does), the CPU scans each row's logits.
+ * Beside the wall time, the process's
  * CPU time per step: on a shared machine, the work a step took whatever
  * the preemption.
  *
@@ -64,17 +67,6 @@ typedef struct width_result {
     double step_ms, step_cpu_ms, vs_one, tok_s, bytes, gb_s, membw, share;
 } width_result;
 
-/* Greedy next token of each session (not timed). */
-static void next_tokens(muser_session *const *s, int n, int n_vocab, muser_token *tok) {
-    for (int i = 0; i < n; i++) {
-        const float *l = muser_session_logits(s[i]);
-        int best = 0;
-        for (int v = 1; v < n_vocab; v++)
-            if (l[v] > l[best]) best = v;
-        tok[i] = best;
-    }
-}
-
 /* CPU time of the process (all threads), seconds. */
 static double process_cpu_seconds(void) {
     struct rusage u;
@@ -84,19 +76,19 @@ static double process_cpu_seconds(void) {
 
 /* One width at one depth: fill, one warm-up step, n timed steps. */
 static int run_width(muser_session *const *s, int rows, long depth, int n_gen, int n_vocab, muser_token *tok,
-                     double *ms, double *cpu_ms) {
+                     muser_token *next, double *ms, double *cpu_ms) {
     for (int i = 0; i < rows; i++) {
         if (mu_session_fill_kv(s[i], (int)depth, (uint64_t)depth * 1000003u + (uint64_t)i + 1) != 0) return 1;
         tok[i] = (muser_token)((1000 + 17 * i) % n_vocab);
     }
     for (int step = -1; step < n_gen; step++) {
         const double t0 = mu_now_seconds(), c0 = process_cpu_seconds();
-        if (muser_batch_decode(s, tok, rows) != 0) return 1;
+        if (mu_batch_decode_greedy(s, tok, rows, next) != 0) return 1;
         if (step >= 0) {
             ms[step] = 1e3 * (mu_now_seconds() - t0);
             cpu_ms[step] = 1e3 * (process_cpu_seconds() - c0);
         }
-        next_tokens(s, rows, n_vocab, tok);
+        memcpy(tok, next, sizeof(muser_token) * (size_t)rows);
     }
     return 0;
 }
@@ -183,7 +175,7 @@ static void print_markdown(const mu_bench_parallel *p, muser_session *s, const m
     printf("- lane %s, KV %s, backend %s\n", muser_session_lane(s) == MUSER_LANE_FAST ? "fast" : "exact",
            p->sp.kv_type == MUSER_KV_F32 ? "f32" : "f16", mu_tool_backend_name(muser_session_backend(s)));
     if (be->ops->describe) printf("- device: %s\n", be->ops->describe(be));
-    printf("- B sessions decode together (muser_batch_decode, one row each per step); each is filled to the depth "
+    printf("- B sessions decode together (muser_batch_decode with greedy choices where the logits are, one row each per step); each is filled to the depth "
            "with random finite K/V (no prefill), then 1 warm-up and %d timed steps; the widths take turns, %d "
            "round%s; step time is the median of all timed steps\n",
            p->n_gen, p->rounds, p->rounds == 1 ? "" : "s");
@@ -256,7 +248,7 @@ int mu_bench_parallel_run(const mu_bench_parallel *p) {
     const int n_res = p->n_depths * p->n_widths;
     width_result *res = calloc((size_t)n_res, sizeof *res);
     muser_session **s = calloc((size_t)maxw, sizeof *s);
-    muser_token *tok = malloc(sizeof(muser_token) * (size_t)maxw);
+    muser_token *tok = malloc(sizeof(muser_token) * 2 * (size_t)maxw); /* [2][maxw]: this step's, the next */
     mu_membw_probe *probe = NULL;
     int rc = !res || !s || !tok;
     if (rc) fprintf(stderr, "muser bench: out of memory\n");
@@ -285,7 +277,7 @@ int mu_bench_parallel_run(const mu_bench_parallel *p) {
                     break;
                 }
                 r->n_bw += MU_BENCH_MEMBW_PASSES;
-                rc = run_width(s, r->rows, r->depth, p->n_gen, m->hp.n_vocab, tok, r->ms + r->n_ms,
+                rc = run_width(s, r->rows, r->depth, p->n_gen, m->hp.n_vocab, tok, tok + maxw, r->ms + r->n_ms,
                                r->cpu_ms + r->n_ms);
                 if (rc) fprintf(stderr, "muser bench: %d sessions at depth %ld: %s\n", r->rows, r->depth,
                                 muser_last_error());
