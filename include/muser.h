@@ -177,6 +177,13 @@ void muser_session_set_checkpoints(muser_session *s, int max);
  * session is put back at its position (its logits are then gone). */
 int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens, int n);
 
+/* muser_batch_decode, with each session's next token chosen greedily
+ * (next[i]: the first largest logit, NaN never chosen) where the logits
+ * are: a GPU copies n token ids back instead of n rows of logits. What
+ * muser_session_logits gives afterwards is not promised. next must not
+ * alias tokens. */
+int muser_batch_decode_greedy(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next);
+
 /* The tokens the session holds (muser_session_pos of them). */
 const muser_token *muser_session_tokens(const muser_session *s);
 

@@ -72,7 +72,7 @@ int tl_greedy_twins(muser_session **logits, muser_session **greedy, int n, int V
         int rc = muser_batch_decode(logits, tokens, n);
         CHECKF(rc == 0, "greedy twins, step %d (logits): %s", step, muser_last_error());
         if (rc) return -1;
-        rc = mu_batch_decode_greedy(greedy, tokens, n, chosen);
+        rc = muser_batch_decode_greedy(greedy, tokens, n, chosen);
         CHECKF(rc == 0, "greedy twins, step %d (greedy): %s", step, muser_last_error());
         if (rc) return -1;
         for (int i = 0; i < n; i++) {

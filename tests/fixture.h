@@ -41,7 +41,7 @@ int tl_batch_step(muser_session **batch, muser_session **single, int n, int V, u
 
 /* Greedy steps of twin sets of n sessions from the same tokens: `logits`
  * through muser_batch_decode and the host's mu_argmax of each row, `greedy`
- * through mu_batch_decode_greedy (whose sessions must advance alike); both
+ * through muser_batch_decode_greedy (whose sessions must advance alike); both
  * go on with the host's choices. Returns the rows
  * (of steps x n) whose choices differ, or -1 when a step failed. */
 int tl_greedy_twins(muser_session **logits, muser_session **greedy, int n, int V, int steps, uint64_t *rng);

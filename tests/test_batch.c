@@ -6,7 +6,7 @@
  * more sessions than the leader's n_batch run in chunks; a chunk the
  * backend refuses (MUSER_EUNSUPPORTED: too few rows, rows it cannot mix —
  * the CUDA backend does both) is fed row by row, whatever its place; bad
- * calls fail before changing anything; mu_batch_decode_greedy chooses what
+ * calls fail before changing anything; muser_batch_decode_greedy chooses what
  * the host's argmax of muser_batch_decode's logits chooses, refused chunks
  * and one row included. mu_session_decode_select without a
  * device-side choice picks through the sampler. In the fast lane on K-quant
@@ -117,7 +117,7 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv
     }
 }
 
-/* mu_batch_decode_greedy against muser_batch_decode + the host's argmax
+/* muser_batch_decode_greedy against muser_batch_decode + the host's argmax
  * (the CPU has no device-side choice: the engine scans each row): every
  * choice the same, one row (fed through decode_select), a batch, and with
  * the refusing wrapper on, chunks fed row by row. */
@@ -137,8 +137,8 @@ static void greedy_choices(const muser_model *m, int V, int n) {
     const int differ = tl_greedy_twins(with_logits, greedy, n, V, 6, &rng);
     CHECKF(differ == 0, "rows %d: %d greedy choices differ from the host's argmax", n, differ);
     muser_token t = 1, none;
-    CHECK(mu_batch_decode_greedy(greedy, &t, 1, NULL) == MUSER_EINVAL);
-    CHECK(mu_batch_decode_greedy(greedy, &t, 0, &none) == MUSER_EINVAL);
+    CHECK(muser_batch_decode_greedy(greedy, &t, 1, NULL) == MUSER_EINVAL);
+    CHECK(muser_batch_decode_greedy(greedy, &t, 0, &none) == MUSER_EINVAL);
     for (int i = 0; i < n; i++) {
         muser_session_free(with_logits[i]);
         muser_session_free(greedy[i]);

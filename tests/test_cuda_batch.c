@@ -25,7 +25,7 @@
  *     prefill_cache=1): finite logits and top-1 agreement (90%);
  *   rows fed one by one (fewer than the exact lane's default 6, or
  *     batch_min_* = 0): bit-identical;
- *   greedy choices made on the device (mu_batch_decode_greedy) against
+ *   greedy choices made on the device (muser_batch_decode_greedy) against
  *     the host's argmax of the same step's logits: all the same.
  *
  * Without a GPU (or nvcc at build time) it exits 77 (skipped). */
@@ -209,7 +209,7 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
     }
 }
 
-/* mu_batch_decode_greedy (the rows' choices made on the device, ids
+/* muser_batch_decode_greedy (the rows' choices made on the device, ids
  * back) against muser_batch_decode + the host's argmax of its logits, on
  * twin sessions: the same kernels, so every choice the same. */
 static void greedy_on_device(const muser_model *m, int V, int n, muser_lane lane) {

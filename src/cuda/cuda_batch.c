@@ -123,7 +123,7 @@ static int batch_attention_row(cuda_backend *b, cuda_backend *kv, int i, int l, 
     qp.vc = kv->vc[l];
     qp.recs = recs;
     CU_CHECK(mu_cu_qkv_post_launch(&qp, &b->exec));
-    return cuda_attention(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false, NULL, 1);
+    return cuda_attention(b, kv, l, 1, i, recs, b->split_dec, NULL, f16_out, false, NULL, 1, false);
 }
 
 /* Layer l's attention for all T rows of a batched step in one launch each
@@ -154,12 +154,6 @@ static int rows_attention_cap(cuda_backend *const *rows, int T) {
     return (int)(fit < b->split_dec ? fit : b->split_dec);
 }
 
-/* A tail's rows also into the tensor-core batch's packed inputs (when pack). */
-static void pack_into(mu_cu_resnorm *rn, const cuda_backend *b, bool pack) {
-    rn->out.xp = pack ? b->wk->mmf_x : NULL;
-    rn->out.xp_nb = (int)(b->E / 256);
-}
-
 /* The batched step's kernels (the records and planes uploaded, the chunk
  * logits reserved); logits of row i in row i of logits_all. cap: as
  * rows_attention_cap (0: a launch per row, over rows[i]'s planes). */
@@ -179,7 +173,7 @@ static int enqueue_batch(cuda_backend *b, cuda_backend *const *rows, int T, int 
                pack_f = tc && b->F % 256 == 0;
     mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f16);
     rn.embd_norm = hp->embd_norm;
-    pack_into(&rn, b, pack_e);
+    cuda_resnorm_pack(&rn, b, pack_e);
     CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
     const void *A = f16 ? (const void *)b->wk->a16 : (const void *)b->wk->ax;
     for (int l = 0; l < hp->n_layer; l++) {
@@ -196,7 +190,7 @@ static int enqueue_batch(cuda_backend *b, cuda_backend *const *rows, int T, int 
         RC(mm_one(b, route, &D->wo, b->wk->t, b->E, f16 ? (const void *)b->wk->o16 : (const void *)b->wk->o,
                   tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->Q, T, pack_o));
         mu_cu_resnorm tail = cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f16);
-        pack_into(&tail, b, pack_e);
+        cuda_resnorm_pack(&tail, b, pack_e);
         CU_CHECK(mu_cu_resnorm_rows(tail, T, x));
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
         float *const gu_y[] = {b->wk->ff, b->wk->fu};
@@ -210,7 +204,7 @@ static int enqueue_batch(cuda_backend *b, cuda_backend *const *rows, int T, int 
                   tc ? b->wk->bq : NULL, tc ? b->wk->bds : NULL, b->F, T, pack_f));
         const float *next = l + 1 < hp->n_layer ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
         tail = cuda_resnorm(b, b->wk->t, D->post_ffn_norm, next, f16);
-        pack_into(&tail, b, pack_e);
+        cuda_resnorm_pack(&tail, b, pack_e);
         CU_CHECK(mu_cu_resnorm_rows(tail, T, x));
     }
     if (!mu_model_heads(b->m)) return 0; /* a split's first side: the rows' h crosses to the CPU */

@@ -121,11 +121,11 @@ static int enqueue_attn_block(cuda_backend *b, int l, prof_state *p) {
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, 1);
     qp.parts = a.batch_parts;
     if (b->route == ROUTE_SHORT || b->route == ROUTE_CLUSTER) {
-        RC(cuda_attention(b, b, l, 1, 0, cuda_recs(b), b->split_dec, p, false, b->fast, &qp, qp.parts));
+        RC(cuda_attention(b, b, l, 1, 0, cuda_recs(b), b->split_dec, p, false, b->fast, &qp, qp.parts, false));
     } else {
         RC(cuda_prof_mark(b, p, PF_QKPOST));
         CU_CHECK(mu_cu_qkv_post_launch(&qp, x));
-        RC(cuda_attention(b, b, l, 1, 0, cuda_recs(b), b->split_dec, p, false, b->fast, NULL, qp.parts));
+        RC(cuda_attention(b, b, l, 1, 0, cuda_recs(b), b->split_dec, p, false, b->fast, NULL, qp.parts, false));
     }
 
     cuda_mv_init(&a, b, (b->tp && !b->xr.n) || b->norm_in ? MU_CU_EPI_STORE : MU_CU_EPI_RESNORM,

@@ -105,7 +105,7 @@ static int draft_inject(mu_backend *base, const float *features, int n, int pos0
             const mu_cu_weight *kv[] = {&D->wk, &D->wv};
             float *const kv_y[] = {b->wk->k, b->wk->v};
             const int64_t kv_ld[] = {b->KVD, b->KVD};
-            RC(cuda_gemm_set(b, kv, kv_y, kv_ld, 2, A, T));
+            RC(cuda_gemm_set(b, kv, kv_y, kv_ld, 2, A, T, false));
             mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
             qp.n_head = 0; /* no query: the KV heads only (k_norm, RoPE, append K and V) */
             qp.q = NULL;

@@ -355,10 +355,12 @@ int cuda_fill_records(cuda_backend *b, const muser_token *tokens, int T, int pos
 mu_cu_act cuda_act(const float *x, const int8_t *q, const float *ds);
 mu_cu_resnorm cuda_resnorm(const cuda_backend *b, const float *branch, const float *w_post, const float *w_next,
                            bool f16);
+/* A tail's rows also into the tensor-core batch's packed inputs (when pack). */
+void cuda_resnorm_pack(mu_cu_resnorm *rn, const cuda_backend *b, bool pack);
 mu_cu_qkv_post cuda_qkv_post(const cuda_backend *b, int l, int T);
 mu_cu_attn_decode cuda_attn_decode(const cuda_backend *b, int l, const mu_cu_qkv_post *qp, bool quant_out);
 int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
-                   prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts);
+                   prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts, bool pack);
 int cuda_attention_rows(cuda_backend *b, int l, int T, int cap, bool f16_out, bool pack, void *const *kc_rows,
                         void *const *vc_rows);
 void cuda_mv_init(mu_cu_mv *a, const cuda_backend *b, int epi, mu_cu_act act);
@@ -379,9 +381,10 @@ int cuda_prof_collect(cuda_backend *b, int pos);
 /* Y[T][ldy] = A[T][cols] . W^T through cuBLAS (f16 A in the fast lane, f32 in the exact) */
 int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T);
 /* Y_k = A . W_k^T for the n matrices of one input (a short chunk on the
- * f16 tensor-core batch: the input packed once, a launch per weight type) */
+ * f16 tensor-core batch: the input packed once, or by its producer when
+ * packed, a launch per weight type) */
 int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n,
-                  const void *A, int T);
+                  const void *A, int T, bool packed);
 int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits);
 int cuda_prefill_run(cuda_backend *b, int T, bool all_logits);
 int cuda_logit_rows_reserve(cuda_backend *b, int T);

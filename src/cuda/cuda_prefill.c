@@ -52,18 +52,28 @@ static bool mmf_chunk(const cuda_backend *b, const mu_cu_weight *w, int T) {
            mu_gpu_mmf_halves((uint64_t)w->cols, (uint64_t)T) <= b->wk->mmf_x_halves;
 }
 
+/* Whether a chunk's producers of inputs of K columns (the residual/norm
+ * tails, the attention merge, SwiGLU) also write them packed for the
+ * tensor-core batch (mu_cu_normout.xp): a short chunk in the fast lane;
+ * a consumer off the tensor-core batch reads A instead. */
+static bool chunk_packs(const cuda_backend *b, int64_t K, int T) {
+    return b->fast && T <= b->tune.prefill_mmf_rows && K % 256 == 0 &&
+           mu_gpu_mmf_halves((uint64_t)K, (uint64_t)T) <= b->wk->mmf_x_halves;
+}
+
 /* Y_k = A . W_k^T for the n matrices of one input A (f16 [T][cols] in the
- * fast lane): on the f16 tensor-core batch the input is packed once and
- * the matrices of one type run in one launch; else matrix by matrix. */
+ * fast lane): on the f16 tensor-core batch the input is packed once (none
+ * when packed: its producer wrote it) and the matrices of one type run in
+ * one launch; else matrix by matrix. */
 int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *ys, const int64_t *ldy, int n,
-                  const void *A, int T) {
+                  const void *A, int T, bool packed) {
     bool mmf = true;
     for (int k = 0; k < n; k++) mmf = mmf && (!ws[k]->qs || mmf_chunk(b, ws[k], T));
     if (!mmf) {
         for (int k = 0; k < n; k++) RC(cuda_gemm_all(b, ws[k], A, ys[k], ldy[k], T));
         return 0;
     }
-    bool packed = false, done[MU_CU_MAX_SEG] = {false};
+    bool done[MU_CU_MAX_SEG] = {false};
     for (int k = 0; k < n; k++) {
         if (done[k] || !ws[k]->qs) continue;
         const int64_t cols = ws[k]->cols;
@@ -87,7 +97,7 @@ int cuda_gemm_set(cuda_backend *b, const mu_cu_weight *const *ws, float *const *
 /* A whole matrix, in row tiles that fit the dequantization buffer. */
 int cuda_gemm_all(cuda_backend *b, const mu_cu_weight *w, const void *A, float *Y, int64_t ldy, int T) {
     if (!w->qs) return 0;
-    if (mmf_chunk(b, w, T)) return cuda_gemm_set(b, &w, &Y, &ldy, 1, A, T);
+    if (mmf_chunk(b, w, T)) return cuda_gemm_set(b, &w, &Y, &ldy, 1, A, T, false);
     const size_t elem = b->fast ? 2 : 4;
     int64_t tile = rows_in_place(b, w) ? w->rows : (int64_t)(b->wk->wtmp_bytes / ((size_t)w->cols * elem));
     if (tile < 1) return mu_fail(MUSER_EBACKEND, "dequantization buffer too small");
@@ -121,34 +131,47 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     const mu_cu_exec *x = &b->exec;
     const bool f = b->fast;
     const void *A = f ? (const void *)b->wk->a16 : (const void *)b->wk->ax;
+    /* the inputs of E, Q and F columns packed by their producers */
+    const bool pack_e = chunk_packs(b, b->E, T) && b->E <= MU_CU_TAIL_MAXN, pack_o = chunk_packs(b, b->Q, T),
+               pack_f = chunk_packs(b, b->F, T);
     if (part == 0) {
         CU_CHECK(cudaMemcpyAsync(b->d_rec, b->h_rec, (size_t)b->rec_stride * T, cudaMemcpyHostToDevice, x->stream));
         mu_cu_resnorm rn = cuda_resnorm(b, NULL, NULL, b->w->layers[0].attn_norm, f);
         rn.embd_norm = hp->embd_norm;
+        cuda_resnorm_pack(&rn, b, pack_e);
         CU_CHECK(mu_cu_embed(&b->w->tok_embd, cuda_recs(b), T, rn, b->d_best, x));
         RC(cuda_capture(b, 0, T)); /* h: layer 0's input (the embedding, normed when the model norms it) */
     } else if (part % 2 == 1) { /* after Wo of layer l: its FFN */
         const int l = (part - 1) / 2;
         const cu_layer *D = &b->w->layers[l];
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f), T, x));
+        mu_cu_resnorm tail = cuda_resnorm(b, b->wk->t, D->post_attn_norm, D->ffn_norm, f);
+        cuda_resnorm_pack(&tail, b, pack_e);
+        CU_CHECK(mu_cu_resnorm_rows(tail, T, x));
         const mu_cu_weight *gu[] = {&D->ffn_gate, &D->ffn_up};
         float *const gu_y[] = {b->wk->ff, b->wk->fu};
         const int64_t gu_ld[] = {b->F, b->F};
-        RC(cuda_gemm_set(b, gu, gu_y, gu_ld, 2, A, T));
-        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T, NULL, x));
-        return cuda_gemm_all(b, &D->ffn_down, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, b->wk->t, b->E,
-                             T);
+        RC(cuda_gemm_set(b, gu, gu_y, gu_ld, 2, A, T, pack_e));
+        CU_CHECK(mu_cu_swiglu_rows(b->wk->ff, b->wk->fu, f ? b->wk->f16b : NULL, b->F, T,
+                                   pack_f ? b->wk->mmf_x : NULL, x));
+        const mu_cu_weight *down = &D->ffn_down;
+        const int64_t ld = b->E;
+        return cuda_gemm_set(b, &down, &b->wk->t, &ld, 1, f ? (const void *)b->wk->f16b : (const void *)b->wk->ff, T,
+                             pack_f);
     } else { /* after down of layer l */
         const int l = (part - 2) / 2;
         const float *next = l + 1 < L ? b->w->layers[l + 1].attn_norm : b->w->output_norm;
-        CU_CHECK(mu_cu_resnorm_rows(cuda_resnorm(b, b->wk->t, b->w->layers[l].post_ffn_norm, next, f), T, x));
+        mu_cu_resnorm tail = cuda_resnorm(b, b->wk->t, b->w->layers[l].post_ffn_norm, next, f);
+        cuda_resnorm_pack(&tail, b, pack_e);
+        CU_CHECK(mu_cu_resnorm_rows(tail, T, x));
         if (l + 1 < L) RC(cuda_capture(b, l + 1, T)); /* h: layer l + 1's input */
     }
     if (part == 2 * L) { /* the LM head (none on a split's first side: h crosses to the CPU) */
         if (!mu_model_heads(b->m)) return 0;
         if (!all_logits) return cuda_head_matvec(b, T - 1, false, NULL);
         RC(cuda_logit_rows_reserve(b, T));
-        RC(cuda_gemm_all(b, &b->w->output, A, b->wk->logits_all, b->V, T));
+        const mu_cu_weight *head = &b->w->output;
+        const int64_t ld = b->V;
+        RC(cuda_gemm_set(b, &head, &b->wk->logits_all, &ld, 1, A, T, pack_e));
         CU_CHECK(mu_cu_logits_finish(b->wk->logits_all, (int64_t)T * b->V, hp->logit_scale, hp->softcap, x));
         return 0;
     }
@@ -157,11 +180,13 @@ int cuda_prefill_part(cuda_backend *b, int part, int T, bool all_logits) {
     const mu_cu_weight *qkvg[] = {&D->wq, &D->wk, &D->wv, &D->wgate};
     float *const qkvg_y[] = {b->wk->q, b->wk->k, b->wk->v, b->wk->g};
     const int64_t qkvg_ld[] = {b->Q, b->KVD, b->KVD, b->Q};
-    RC(cuda_gemm_set(b, qkvg, qkvg_y, qkvg_ld, 4, A, T));
+    RC(cuda_gemm_set(b, qkvg, qkvg_y, qkvg_ld, 4, A, T, pack_e));
     mu_cu_qkv_post qp = cuda_qkv_post(b, l, T);
     CU_CHECK(mu_cu_qkv_post_launch(&qp, x));
-    RC(cuda_attention(b, b, l, T, 0, cuda_recs(b), b->split_pre, NULL, f, false, NULL, 1));
-    return cuda_gemm_all(b, &D->wo, f ? (const void *)b->wk->o16 : (const void *)b->wk->o, b->wk->t, b->E, T);
+    RC(cuda_attention(b, b, l, T, 0, cuda_recs(b), b->split_pre, NULL, f, false, NULL, 1, pack_o));
+    const mu_cu_weight *wo = &D->wo;
+    const int64_t ld = b->E;
+    return cuda_gemm_set(b, &wo, &b->wk->t, &ld, 1, f ? (const void *)b->wk->o16 : (const void *)b->wk->o, T, pack_o);
 }
 
 int cuda_prefill_run(cuda_backend *b, int T, bool all_logits) {

@@ -121,6 +121,11 @@ mu_cu_resnorm cuda_resnorm(const cuda_backend *b, const float *branch, const flo
     return rn;
 }
 
+void cuda_resnorm_pack(mu_cu_resnorm *rn, const cuda_backend *b, bool pack) {
+    rn->out.xp = pack ? b->wk->mmf_x : NULL;
+    rn->out.xp_nb = (int)(b->E / 256);
+}
+
 int cuda_prof_mark(cuda_backend *b, prof_state *p, int family) {
     if (!p || !p->on) return 0;
     if (p->n >= (int)(sizeof p->ev / sizeof p->ev[0])) return 0;
@@ -222,14 +227,17 @@ mu_cu_attn_decode cuda_attn_decode(const cuda_backend *b, int l, const mu_cu_qkv
 /* Split-K attention of T query rows starting at row `row` of b's
  * activations over kv's cache of layer l (kv is b itself, or the session
  * of that row in a batched step), then the merge + gate into o (o16; the
- * int8 copy when quant_out). fused (decode, the short and cluster
+ * int8 copy when quant_out; with pack also the tensor-core batch's packed
+ * inputs, rows from 0). fused (decode, the short and cluster
  * routes): the QK-norm/RoPE/append of the token and the whole attention
  * in one launch (mu_cu_attn_decode_launch). */
 int cuda_attention(cuda_backend *b, const cuda_backend *kv, int l, int T, int64_t row, mu_cu_recs recs, int cap,
-                   prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts) {
+                   prof_state *p, bool f16_out, bool quant_out, const mu_cu_qkv_post *fused, int gate_parts, bool pack) {
     mu_cu_attn a;
     mu_cu_reduce r;
     attn_structs(b, kv, l, T, row, recs, cap, f16_out, quant_out, gate_parts, &a, &r);
+    r.out.xp = pack ? b->wk->mmf_x : NULL;
+    r.out.xp_nb = (int)(b->Q / 256);
     if (fused) { /* the whole short span in one launch */
         const mu_cu_attn_decode d = cuda_attn_decode(b, l, fused, quant_out);
         RC(cuda_prof_mark(b, p, PF_ATTN));

@@ -170,12 +170,6 @@ int mu_model_from_gguf(gguf_file *f, bool vocab_only, muser_model **out);
 int mu_session_decode_select(muser_session *s, muser_token token, float temperature, uint64_t seed, bool keep_logits,
                              muser_token *next);
 
-/* muser_batch_decode, each session's next token chosen greedily (next[i],
- * mu_argmax's answer) where the logits are: a GPU copies n ids back instead
- * of n rows of logits. What the sessions' logits hold afterwards is not
- * promised (a GPU's batched step copies none). */
-int mu_batch_decode_greedy(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next);
-
 /* Test hook of speculative decoding (engine/spec.c): fn proposes the n
  * tokens after `last` (at position pos) instead of the drafter; a test
  * that proposes the target's own future tokens sees every draft accepted.

@@ -476,7 +476,7 @@ static int batch_chunk(const mu_backend_ops *ops, mu_backend *const *rows, const
 }
 
 /* muser_batch_decode (next NULL: every session keeps its logits) or
- * mu_batch_decode_greedy. */
+ * muser_batch_decode_greedy. */
 static int batch_decode(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next) {
     if (n <= 0 || !sessions || !tokens) return mu_fail(MUSER_EINVAL, "batch decode: nothing to decode");
     for (int i = 0; i < n; i++) {
@@ -553,7 +553,7 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
     return batch_decode(sessions, tokens, n, NULL);
 }
 
-int mu_batch_decode_greedy(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next) {
-    if (!next) return mu_fail(MUSER_EINVAL, "batch decode: nowhere to put the choices");
+int muser_batch_decode_greedy(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next) {
+    if (!next || next == tokens) return mu_fail(MUSER_EINVAL, "batch decode: nowhere to put the choices");
     return batch_decode(sessions, tokens, n, next);
 }

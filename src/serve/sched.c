@@ -64,6 +64,7 @@ struct srv_sched {
     srv_sample_job *sample_jobs;   /* [n_slots] */
     muser_session **batch_sessions;
     muser_token *batch_tokens;
+    muser_token *batch_next; /* [n_slots] the greedy batch's choices */
     srv_slot **batch_slots;
     srv_metrics metrics;
 };
@@ -421,6 +422,16 @@ static void spec_step(srv_sched *s, srv_slot *sl) {
     for (int i = 0; i < got && sl->job && sl->state == SLOT_DECODE; i++) show_token(s, sl, out[i]);
 }
 
+/* Whether the slot's next token is the plain argmax of its logits (greedy,
+ * no penalties, no logit_bias; a test script ignores them): a batch of only
+ * such slots has its choices made where the logits are. */
+static bool plain_greedy(const srv_slot *sl) {
+    const srv_request *r = &sl->job->req;
+    const muser_sampler_params *p = &r->sampling;
+    return sl->script || (p->temperature <= 0.0f && r->n_bias == 0 && p->repeat_penalty == 1.0f &&
+                          p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f);
+}
+
 /* One decode step for every generating slot, as one batch. */
 static void decode_step(srv_sched *s) {
     int n = 0;
@@ -438,8 +449,11 @@ static void decode_step(srv_sched *s) {
         }
     }
     if (n == 0) return;
+    bool greedy = true;
+    for (int i = 0; i < n && greedy; i++) greedy = plain_greedy(s->batch_slots[i]);
     uint64_t t0 = mu_now_ns();
-    int rc = muser_batch_decode(s->batch_sessions, s->batch_tokens, n);
+    int rc = greedy ? muser_batch_decode_greedy(s->batch_sessions, s->batch_tokens, n, s->batch_next)
+                    : muser_batch_decode(s->batch_sessions, s->batch_tokens, n);
     atomic_fetch_add(&s->metrics.decode_ns, mu_now_ns() - t0);
     if (rc != MUSER_OK) {
         char msg[512];
@@ -451,6 +465,14 @@ static void decode_step(srv_sched *s) {
     atomic_fetch_add(&s->metrics.decode_rows, (uint64_t)n);
     atomic_fetch_add(&s->metrics.generated_tokens, (uint64_t)n);
     count_recent(s, (uint64_t)n);
+    if (greedy) { /* (the sampler still hears each choice, as its own draw would) */
+        for (int i = 0; i < n; i++) {
+            srv_slot *sl = s->batch_slots[i];
+            if (!sl->script) muser_sampler_accept(sl->sampler, s->batch_next[i]);
+        }
+        for (int i = 0; i < n; i++) next_token(s, s->batch_slots[i], s->batch_next[i]);
+        return;
+    }
     int drawn = 0; /* every slot's token is drawn before any slot's text goes out */
     for (int i = 0; i < n; i++)
         if (!s->batch_slots[i]->script) s->sample_jobs[drawn++] = sample_job(s->batch_slots[i]);
@@ -533,8 +555,9 @@ int srv_sched_new(const srv_sched_config *cfg, srv_sched **out) {
     s->sample_jobs = calloc((size_t)cfg->n_slots, sizeof *s->sample_jobs);
     s->batch_sessions = calloc((size_t)cfg->n_slots, sizeof *s->batch_sessions);
     s->batch_tokens = calloc((size_t)cfg->n_slots, sizeof *s->batch_tokens);
+    s->batch_next = calloc((size_t)cfg->n_slots, sizeof *s->batch_next);
     s->batch_slots = calloc((size_t)cfg->n_slots, sizeof *s->batch_slots);
-    int rc = (s->slots && s->sample_jobs && s->batch_sessions && s->batch_tokens && s->batch_slots) ? 0 : MUSER_ENOMEM;
+    int rc = (s->slots && s->sample_jobs && s->batch_sessions && s->batch_tokens && s->batch_next && s->batch_slots) ? 0 : MUSER_ENOMEM;
     if (!rc) { /* a helper per further slot, up to the cores but one (the worker samples too) and 7 */
         int helpers = cfg->n_slots - 1;
         if (helpers > mu_cpu_count() - 1) helpers = mu_cpu_count() - 1;
@@ -578,6 +601,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->sample_jobs);
     free(s->batch_sessions);
     free(s->batch_tokens);
+    free(s->batch_next);
     free(s->batch_slots);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);

@@ -1,5 +1,5 @@
 /* bench_parallel.c — `muser bench --parallel 1,2,4,...`: B sessions of one
- * model decoding together (mu_batch_decode_greedy: muser_batch_decode with
+ * model decoding together (muser_batch_decode_greedy: muser_batch_decode with
  * each row's greedy choice), one row each per step (llama-batched-bench's
  * -npl), for each width B and KV depth.
  *
@@ -83,7 +83,7 @@ static int run_width(muser_session *const *s, int rows, long depth, int n_gen, i
     }
     for (int step = -1; step < n_gen; step++) {
         const double t0 = mu_now_seconds(), c0 = process_cpu_seconds();
-        if (mu_batch_decode_greedy(s, tok, rows, next) != 0) return 1;
+        if (muser_batch_decode_greedy(s, tok, rows, next) != 0) return 1;
         if (step >= 0) {
             ms[step] = 1e3 * (mu_now_seconds() - t0);
             cpu_ms[step] = 1e3 * (process_cpu_seconds() - c0);
