@@ -11,13 +11,12 @@
  * bytes at the depth. The step is timed whole, the next tokens' choice
  * included: a GPU makes it where the logits are and copies B ids back (as
  * the one-row step's decode_select does), the CPU scans each row's logits.
- * Beside the wall time, the process's
- * CPU time per step: on a shared machine, the work a step took whatever
- * the preemption.
+ * Beside the wall time, the process's CPU time per step: on a shared
+ * machine, the work a step took whatever the preemption.
  *
- * Only the first session (the step's leader, whose activations hold every
- * row) gets a batch of the widest width: on the CPU a session's
- * activations are sized by its batch, and the others never use theirs.
+ * Every session is opened alike (a batch of the widest width), as a
+ * server's slots are: sessions of different batches can hold sliding
+ * rings of different sizes, which a GPU's batched attention cannot share.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
