@@ -184,6 +184,26 @@ int muser_batch_decode(muser_session *const *sessions, const muser_token *tokens
  * alias tokens. */
 int muser_batch_decode_greedy(muser_session *const *sessions, const muser_token *tokens, int n, muser_token *next);
 
+/* A session's logit bias: values[j] added to the logit of ids[j] (in that
+ * order) before choosing. */
+typedef struct muser_logit_bias {
+    const muser_token *ids;
+    const float *values;
+    int n;
+} muser_logit_bias;
+#define MUSER_TOP_MAX 256 /* the most top logits muser_batch_decode_top hands back a row */
+
+/* muser_batch_decode, then for each session the k (1 to MUSER_TOP_MAX)
+ * highest-ranked of its logits after adding bias[i] (bias NULL: none) --
+ * ranked by value, then lower id, NaN as -inf -- as top_logits[i * k + j]
+ * and top_ids[i * k + j], in no particular order: what
+ * muser_sampler_sample_top takes. A GPU finds them where the logits are
+ * and copies n x k pairs back instead of n rows of logits. What
+ * muser_session_logits gives afterwards is not promised. MUSER_ERANGE
+ * for a bias on an id outside the vocabulary or of a non-finite value. */
+int muser_batch_decode_top(muser_session *const *sessions, const muser_token *tokens, int n,
+                           const muser_logit_bias *bias, int k, float *top_logits, muser_token *top_ids);
+
 /* The tokens the session holds (muser_session_pos of them). */
 const muser_token *muser_session_tokens(const muser_session *s);
 
@@ -331,6 +351,16 @@ void muser_sampler_free(muser_sampler *s);
 /* Chooses a token from logits (not modified) and remembers it for the
  * penalties. */
 muser_token muser_sampler_sample(muser_sampler *s, const float *logits);
+/* How many of the logits' top candidates (ranked by value, then lower id;
+ * NaN as -inf) the sampler's next draw depends on, when that is all it
+ * depends on (no penalties; greedy: 1, else top_k below the vocabulary);
+ * else 0, and it needs the full logits. */
+int muser_sampler_top_candidates(const muser_sampler *s);
+/* muser_sampler_sample from only the n highest-ranked logits (values and
+ * ids, in any order), n at least muser_sampler_top_candidates: the same
+ * token as from the full logits, the same random stream. -1 (and
+ * muser_last_error) when n is too few. */
+muser_token muser_sampler_sample_top(muser_sampler *s, const float *top_logits, const muser_token *top_ids, int n);
 void muser_sampler_accept(muser_sampler *s, muser_token t); /* e.g. prompt tokens */
 void muser_sampler_reset(muser_sampler *s);
 

@@ -1,6 +1,7 @@
 /* fixture.c — parity fixtures (model, tokens, references) and running
  * tokens through a session, for the CPU, CUDA and tensor-parallel parity
  * tests. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,68 @@ int tl_greedy_twins(muser_session **logits, muser_session **greedy, int n, int V
         }
         memcpy(tokens, host, sizeof(muser_token) * (size_t)n);
     }
+    return differ;
+}
+
+/* rank order of row ids by value (NaN as -inf), then lower id */
+static const float *g_rank_row;
+static int rank_cmp(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    const float u = isnan(g_rank_row[x]) ? -INFINITY : g_rank_row[x], v = isnan(g_rank_row[y]) ? -INFINITY : g_rank_row[y];
+    if (u != v) return u > v ? -1 : 1;
+    return x - y;
+}
+
+int tl_top_twins(muser_session **logits, muser_session **top, int n, int V, int k, int steps, uint64_t *rng) {
+    enum { NB = 4 };
+    if (n < 1 || n > 64 || k < 1 || k > MUSER_TOP_MAX) return -1;
+    muser_token tokens[64], chosen[64], bias_ids[64][NB];
+    float bias_v[64][NB];
+    muser_logit_bias bias[64];
+    float *vals = malloc(sizeof(float) * (size_t)n * k), *biased = malloc(sizeof(float) * (size_t)V);
+    muser_token *ids = malloc(sizeof(muser_token) * (size_t)n * k);
+    int *order = malloc(sizeof(int) * (size_t)V), differ = 0;
+    if (!vals || !biased || !ids || !order) return -1;
+    for (int i = 0; i < n; i++) tokens[i] = (muser_token)(tl_rand_u64(rng) % (uint64_t)V);
+    for (int step = 0; step < steps && differ >= 0; step++) {
+        for (int i = 0; i < n; i++) {
+            for (int j = 0; j < NB; j++) {
+                bias_ids[i][j] = (muser_token)(tl_rand_u64(rng) % (uint64_t)V);
+                bias_v[i][j] = (float)(tl_rand_u64(rng) % 41) - 20.0f;
+            }
+            bias_ids[i][NB - 1] = bias_ids[i][0]; /* one id biased twice */
+            bias[i] = (muser_logit_bias){bias_ids[i], bias_v[i], step % 3 == 2 ? 0 : NB};
+        }
+        int rc = muser_batch_decode(logits, tokens, n);
+        CHECKF(rc == 0, "top twins, step %d (logits): %s", step, muser_last_error());
+        if (!rc) rc = muser_batch_decode_top(top, tokens, n, bias, k, vals, ids);
+        CHECKF(rc == 0, "top twins, step %d (top): %s", step, muser_last_error());
+        if (rc) differ = -1;
+        for (int i = 0; i < n && differ >= 0; i++) {
+            memcpy(biased, muser_session_logits(logits[i]), sizeof(float) * (size_t)V);
+            for (int j = 0; j < bias[i].n; j++) biased[bias[i].ids[j]] += bias[i].values[j];
+            for (int v = 0; v < V; v++) order[v] = v;
+            g_rank_row = biased;
+            qsort(order, (size_t)V, sizeof(int), rank_cmp);
+            /* the handed-back k in rank order */
+            int got[MUSER_TOP_MAX];
+            for (int j = 0; j < k; j++) got[j] = ids[(size_t)i * k + j];
+            qsort(got, (size_t)k, sizeof(int), rank_cmp);
+            bool same = true;
+            for (int j = 0; j < k; j++) {
+                const float want = isnan(biased[order[j]]) ? -INFINITY : biased[order[j]];
+                float have = NAN;
+                for (int q = 0; q < k; q++)
+                    if (ids[(size_t)i * k + q] == got[j]) have = vals[(size_t)i * k + q];
+                same = same && got[j] == order[j] && memcmp(&have, &want, sizeof(float)) == 0;
+            }
+            differ += !same;
+            chosen[i] = order[0];
+            CHECK(muser_session_pos(top[i]) == muser_session_pos(logits[i]));
+        }
+        memcpy(tokens, chosen, sizeof(muser_token) * (size_t)n);
+    }
+    free(vals), free(biased), free(ids), free(order);
     return differ;
 }
 

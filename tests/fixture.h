@@ -46,4 +46,9 @@ int tl_batch_step(muser_session **batch, muser_session **single, int n, int V, u
  * (of steps x n) whose choices differ, or -1 when a step failed. */
 int tl_greedy_twins(muser_session **logits, muser_session **greedy, int n, int V, int steps, uint64_t *rng);
 
+/* As tl_greedy_twins for muser_batch_decode_top: each row gets a random
+ * bias (a repeated id among them) and its k top logits must be, value for
+ * value, those a full sort of the host's biased logits puts first. */
+int tl_top_twins(muser_session **logits, muser_session **top, int n, int V, int k, int steps, uint64_t *rng);
+
 #endif

@@ -121,6 +121,8 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_kv_type kv
  * (the CPU has no device-side choice: the engine scans each row): every
  * choice the same, one row (fed through decode_select), a batch, and with
  * the refusing wrapper on, chunks fed row by row. */
+static const muser_token g_one_token = 1;
+
 static void greedy_choices(const muser_model *m, int V, int n) {
     muser_session *with_logits[MAX_ROWS], *greedy[MAX_ROWS];
     uint64_t rng = 777 + (uint64_t)n;
@@ -136,6 +138,19 @@ static void greedy_choices(const muser_model *m, int V, int n) {
     }
     const int differ = tl_greedy_twins(with_logits, greedy, n, V, 6, &rng);
     CHECKF(differ == 0, "rows %d: %d greedy choices differ from the host's argmax", n, differ);
+    const int ks[] = {1, 8, V}; /* top logits after a bias (the whole vocabulary too) */
+    for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++) {
+        const int k = ks[q], top_differ = tl_top_twins(with_logits, greedy, n, V, k, 3, &rng);
+        CHECKF(top_differ == 0, "rows %d, top %d: %d rows' top logits differ from a full sort's", n, k, top_differ);
+    }
+    float vals[2];
+    muser_token ids[2];
+    CHECK(muser_batch_decode_top(greedy, &g_one_token, 1, NULL, 0, vals, ids) == MUSER_EINVAL);
+    CHECK(muser_batch_decode_top(greedy, &g_one_token, 1, NULL, MUSER_TOP_MAX + 1, vals, ids) == MUSER_EINVAL);
+    const muser_token bad_id = V;
+    const float one = 1.0f;
+    const muser_logit_bias bad = {&bad_id, &one, 1};
+    CHECK(muser_batch_decode_top(greedy, &g_one_token, 1, &bad, 1, vals, ids) == MUSER_ERANGE);
     muser_token t = 1, none;
     CHECK(muser_batch_decode_greedy(greedy, &t, 1, NULL) == MUSER_EINVAL);
     CHECK(muser_batch_decode_greedy(greedy, &t, 0, &none) == MUSER_EINVAL);

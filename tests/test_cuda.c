@@ -15,7 +15,8 @@
  *   exact lane + f16 KV, and fast lane + f16 KV: mean KL no larger than
  *     llama.cpp's own (M.decode.f32 against M.exact.f32);
  * plus graph replay == op-by-op launches, device selection == argmax of
- * the logits, and truncation.
+ * the logits, each row's top k after a bias == a full sort's, and
+ * truncation.
  *
  * Without a GPU (or without nvcc at build time) it prints a loud SKIPPED
  * line and exits 77. */
@@ -327,6 +328,65 @@ static void test_swiglu_pack(void) {
         free(g), free(u), free(o);
     }
     printf("  SwiGLU + packed inputs of the tensor-core batch (even and odd K-block counts)\n");
+}
+
+/* order of ids by value (NaN as -inf, -0 as +0), then lower id */
+static const float *g_top_row;
+static int top_cmp(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    float u = g_top_row[x], v = g_top_row[y];
+    u = isnan(u) ? -INFINITY : u, v = isnan(v) ? -INFINITY : v;
+    if (u != v) return u > v ? -1 : 1;
+    return x - y;
+}
+
+/* mu_cu_rows_top against a full sort on the host: rows of random values
+ * with many ties, NaNs, -0 and +0, infinities; a bias (a repeated id);
+ * k from 1 to MU_CU_TOP_MAX and the whole row. */
+static void test_rows_top(void) {
+    const int64_t ns[] = {1, 300, 5000, 202048};
+    const int ks[] = {1, 2, 64, 255, 256};
+    int cases = 0;
+    for (int c = 0; c < 4; c++)
+        for (int q = 0; q < 5; q++) {
+            const int64_t n = ns[c];
+            const int k = ks[q] > n ? (int)n : ks[q], T = 3;
+            float *x = malloc(sizeof(float) * (size_t)(n * T)), *vals = malloc(sizeof(float) * (size_t)T * k);
+            int32_t *ids = malloc(sizeof(int32_t) * (size_t)T * k);
+            int *order = malloc(sizeof(int) * (size_t)n);
+            for (int64_t i = 0; i < n * T; i++) {
+                const uint64_t r = tl_rand_u64(&kref_rng) % 100;
+                x[i] = r < 3 ? NAN : r < 5 ? -0.0f : r < 7 ? 0.0f : r < 8 ? -INFINITY : r < 9 ? INFINITY
+                                                                 : (float)(int)(3.0f * tl_rand_normal(&kref_rng)) * 0.25f;
+            }
+            const int bias_off[4] = {0, 3, 3, 5};
+            const int32_t bias_ids[5] = {0, (int32_t)(n / 2), 0, (int32_t)(n - 1), (int32_t)(n / 3)};
+            const float bias_vals[5] = {2.5f, -1.0f, 0.75f, 40.0f, -3.0f};
+            CHECKF(mu_cuda_test_rows_top(x, n, T, bias_off, bias_ids, bias_vals, k, vals, ids) == 0, "rows top: %s",
+                   muser_last_error());
+            int bad = 0;
+            for (int t = 0; t < T; t++) {
+                const float *row = x + (int64_t)t * n; /* (the bias is in it now) */
+                for (int64_t i = 0; i < n; i++) order[i] = (int)i;
+                g_top_row = row;
+                qsort(order, (size_t)n, sizeof(int), top_cmp);
+                int got[256];
+                for (int j = 0; j < k; j++) got[j] = ids[t * k + j];
+                qsort(got, (size_t)k, sizeof(int), top_cmp);
+                for (int j = 0; j < k; j++) {
+                    const float want = isnan(row[order[j]]) ? -INFINITY : row[order[j]];
+                    float have = NAN;
+                    for (int m = 0; m < k; m++)
+                        if (ids[t * k + m] == got[j]) have = vals[t * k + m];
+                    bad += got[j] != order[j] || memcmp(&have, &want, sizeof(float)) != 0;
+                }
+            }
+            CHECKF(bad == 0, "rows top, n %lld, k %d: %d of %d picks differ from a full sort", (long long)n, k, bad,
+                   T * k);
+            cases++;
+            free(x), free(vals), free(ids), free(order);
+        }
+    printf("  each row's top k after a bias (%d cases: ties, NaN, -0/+0, infinities)\n", cases);
 }
 
 static void test_logits(void) {
@@ -866,6 +926,7 @@ int main(void) {
         test_mmf();
         test_gateup();
         test_resnorm();
+        test_rows_top();
         test_logits();
     }
     g_cap = 0;

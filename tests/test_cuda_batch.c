@@ -211,7 +211,9 @@ static void batch_vs_single(const muser_model *m, int V, int n, muser_lane lane,
 
 /* muser_batch_decode_greedy (the rows' choices made on the device, ids
  * back) against muser_batch_decode + the host's argmax of its logits, on
- * twin sessions: the same kernels, so every choice the same. */
+ * twin sessions: the same kernels, so every choice the same; then
+ * muser_batch_decode_top (the rows' top k after a bias, found on the
+ * device) against a full sort of the host's biased logits. */
 static void greedy_on_device(const muser_model *m, int V, int n, muser_lane lane) {
     muser_session *with_logits[MAX_ROWS], *greedy[MAX_ROWS];
     uint64_t rng = 99 + (uint64_t)n;
@@ -229,6 +231,12 @@ static void greedy_on_device(const muser_model *m, int V, int n, muser_lane lane
     printf("rows %2d, %-5s lane: greedy choices on the device, %d of %d differ from the host's argmax\n", n,
            lane == MUSER_LANE_FAST ? "fast" : "exact", differ, n * STEPS);
     CHECKF(differ == 0, "rows %d: %d device choices differ from the host's argmax", n, differ);
+    static const int ks[] = {1, 7, 64, MUSER_TOP_MAX};
+    for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++) {
+        const int top_differ = tl_top_twins(with_logits, greedy, n, V, ks[q], 3, &rng);
+        printf("rows %2d, top %3d after a bias: %d of %d rows differ from a full sort's\n", n, ks[q], top_differ, 3 * n);
+        CHECKF(top_differ == 0, "rows %d, top %d: %d rows' top logits differ from a full sort's", n, ks[q], top_differ);
+    }
     for (int i = 0; i < n; i++) {
         muser_session_free(with_logits[i]);
         muser_session_free(greedy[i]);

@@ -1,5 +1,6 @@
 /* test_sample.c — samplers: greedy, determinism per seed, the sampled
  * distribution, top-k / top-p / min-p cut-offs, penalties, bad logits. */
+#define _GNU_SOURCE /* qsort_r */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,8 +219,73 @@ static void test_bad_params(void) {
     muser_sampler_free(s);
 }
 
+/* The n highest-ranked logits (value, then lower id; NaN as -inf) by a
+ * plain full sort: the reference for muser_sampler_sample_top's input. */
+static int cmp_rank(const void *a, const void *b, void *ctx) {
+    const float *l = ctx;
+    const int x = *(const int *)a, y = *(const int *)b;
+    const float u = isnan(l[x]) ? -INFINITY : l[x], v = isnan(l[y]) ? -INFINITY : l[y];
+    if (u != v) return u > v ? -1 : 1;
+    return x - y;
+}
+
+/* muser_sampler_sample_top from the top n (n >= the sampler's
+ * candidates, handed over in a scrambled order) chooses what
+ * muser_sampler_sample chooses from the full logits, draw after draw, for
+ * greedy and top-k samplers with top-p / min-p on logits with ties and
+ * NaNs; samplers that need the full logits say 0 and refuse. */
+static void test_sample_top(void) {
+    enum { V = 3000, STEPS = 40 };
+    float *l = malloc(sizeof(float) * V), vals[300];
+    int *order = malloc(sizeof(int) * V);
+    muser_token ids[300];
+    uint64_t rng = 77;
+    const struct { float t; int k; float top_p, min_p; } cases[] = {
+        {0.0f, 0, 1.0f, 0.0f}, {1.0f, 64, 0.95f, 0.0f}, {0.7f, 40, 0.9f, 0.05f}, {1.5f, 1, 1.0f, 0.0f},
+        {1.0f, 256, 1.0f, 0.0f}, {0.0f, 64, 0.95f, 0.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        muser_sampler_params p = base();
+        p.temperature = cases[ci].t, p.top_k = cases[ci].k, p.top_p = cases[ci].top_p, p.min_p = cases[ci].min_p;
+        p.seed = 100 + ci;
+        muser_sampler *full = muser_sampler_new(&p, V), *top = muser_sampler_new(&p, V);
+        const int k = muser_sampler_top_candidates(top);
+        CHECK(k == (cases[ci].t <= 0.0f ? 1 : cases[ci].k));
+        int differ = 0;
+        for (int step = 0; step < STEPS; step++) {
+            for (int i = 0; i < V; i++) l[i] = (float)(int)(4.0f * tl_rand_normal(&rng)) * 0.5f; /* many ties */
+            l[tl_rand_u64(&rng) % V] = NAN;
+            for (int i = 0; i < V; i++) order[i] = i;
+            qsort_r(order, V, sizeof(int), cmp_rank, l);
+            const int n = k + (int)(tl_rand_u64(&rng) % 8);
+            for (int i = 0; i < n; i++) { /* handed over back to front */
+                ids[i] = order[n - 1 - i];
+                vals[i] = l[ids[i]];
+            }
+            differ += muser_sampler_sample(full, l) != muser_sampler_sample_top(top, vals, ids, n);
+        }
+        CHECKF(differ == 0, "case %zu: %d of %d draws from the top candidates differ", ci, differ, STEPS);
+        CHECK(muser_sampler_sample_top(top, vals, ids, k - 1) == -1);
+        muser_sampler_free(full);
+        muser_sampler_free(top);
+    }
+    muser_sampler_params p = base();
+    p.top_k = 0; /* no top-k: every logit counts */
+    muser_sampler *s = muser_sampler_new(&p, V);
+    CHECK(muser_sampler_top_candidates(s) == 0);
+    muser_sampler_free(s);
+    p = base();
+    p.temperature = 0.0f, p.repeat_penalty = 1.3f; /* penalties: the full logits */
+    s = muser_sampler_new(&p, V);
+    CHECK(muser_sampler_top_candidates(s) == 0);
+    muser_sampler_free(s);
+    free(l);
+    free(order);
+}
+
 int main(void) {
     test_greedy();
+    test_sample_top();
     test_determinism_and_distribution();
     test_cutoffs();
     test_top_k_large();

@@ -206,6 +206,14 @@ cudaError_t mu_cu_logits_finish(float *logits, int64_t n, float scale, float sof
 #define MU_CU_ARGMAX_SPLITS 16
 cudaError_t mu_cu_rows_argmax(const float *x, int64_t n, int T, unsigned long long *part, int32_t *ids,
                               cudaStream_t s);
+/* Row r of x [T][n] plus its bias (bias_off [T + 1] into bias_ids and
+ * bias_vals, added in order, in place; bias_off NULL: none), then its k
+ * (1 to MU_CU_TOP_MAX, at most n) top values by value then lower index,
+ * NaN as -inf, -0 as +0, into vals, ids [T][k] in no particular order
+ * (cu_top.cu). No PDL. */
+#define MU_CU_TOP_MAX 256
+cudaError_t mu_cu_rows_top(float *x, int64_t n, int T, const int *bias_off, const int32_t *bias_ids,
+                           const float *bias_vals, int k, float *vals, int32_t *ids, cudaStream_t s);
 /* int8 groups of 16 (fast-lane activations: q [T][n], ds [T][n/16][2]) of
  * T rows of n, n a multiple of 32. */
 cudaError_t mu_cu_quantize_rows(const float *x, int8_t *q, float *ds, int64_t n, int T, const mu_cu_exec *ex);

@@ -86,6 +86,12 @@ typedef struct mu_backend_ops {
      * n x n_vocab floats). Same contract otherwise. */
     int (*forward_batch_greedy)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                                 muser_token *next);
+    /* forward_batch_top (optional; NULL: forward_batch, and the host
+     * takes them from the rows): forward_batch's step, then row i's k top
+     * logits after bias[i] (bias NULL: none), as muser_batch_decode_top
+     * hands them back: vals, ids [n][k]. Same contract otherwise. */
+    int (*forward_batch_top)(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                             const muser_logit_bias *bias, int k, float *vals, muser_token *ids);
     /* ---- speculative decoding (optional; NULL where unsupported) ---------
      * set_capture: from the next forward on, each token of a chunk also
      * writes the residual stream entering each of the n layers `layers`

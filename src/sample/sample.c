@@ -192,6 +192,26 @@ static void top_k_of_logits(cand *c, const float *logits, int V, int k) {
     }
 }
 
+static int finish(muser_sampler *s, int n, double **w_out);
+
+/* greedy's distribution: the argmax c[0] alone, weight 1 */
+static int greedy_only(double **w_out) {
+    double *w = malloc(sizeof(double));
+    if (!w) return 0;
+    w[0] = 1.0;
+    *w_out = w;
+    return 1;
+}
+
+/* Whether the sampler's draws depend only on the raw logits' top
+ * candidates (no penalties): their number, else 0. */
+static int top_only(const muser_sampler *s) {
+    const muser_sampler_params *p = &s->p;
+    if (s->counts && penalties_on(p)) return 0;
+    if (p->temperature <= 0.0f) return 1;
+    return p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+}
+
 static int distribution(muser_sampler *s, const float *logits, double **w_out) {
     const muser_sampler_params *p = &s->p;
     const int V = s->n_vocab;
@@ -202,6 +222,9 @@ static int distribution(muser_sampler *s, const float *logits, double **w_out) {
     if (raw && p->temperature > 0.0f && p->top_k > 0 && p->top_k < V) {
         top_k_of_logits(c, logits, V, p->top_k);
         n = p->top_k;
+        /* in rank order, so that what follows adds them in an order that
+         * does not depend on how they were found (mu_sampler_sample_top) */
+        qsort(c, (size_t)n, sizeof(cand), cmp_desc);
     } else {
         for (int i = 0; i < V; i++) {
             float l = logits[i];
@@ -218,11 +241,7 @@ static int distribution(muser_sampler *s, const float *logits, double **w_out) {
             for (int i = 1; i < V; i++)
                 if (c[i].logit > c[best].logit) best = i;
             c[0] = c[best];
-            double *w = malloc(sizeof(double));
-            if (!w) return 0;
-            w[0] = 1.0;
-            *w_out = w;
-            return 1;
+            return greedy_only(w_out);
         }
         if (p->top_k > 0 && p->top_k < n) {
             select_top(c, n, p->top_k);
@@ -239,6 +258,14 @@ static int distribution(muser_sampler *s, const float *logits, double **w_out) {
             n = m;
         }
     }
+    return finish(s, n, w_out);
+}
+
+/* The distribution over the candidates c[0..n): top-p, min-p, then the
+ * temperature's weights (*w_out, malloc'd). Returns the candidates kept. */
+static int finish(muser_sampler *s, int n, double **w_out) {
+    const muser_sampler_params *p = &s->p;
+    cand *c = s->c;
     /* probabilities at temperature 1 for top-p / min-p, as llama.cpp:
      * exp(l - max) / sum over every candidate. Only the prefix up to
      * the cut needs sorting: sort the best m (m growing 4x) until a cut
@@ -298,6 +325,34 @@ static muser_token draw(muser_sampler *s, const double *w, int n, int skip) {
             break;
         }
     }
+    return chosen;
+}
+
+int muser_sampler_top_candidates(const muser_sampler *s) { return top_only(s); }
+
+void mu_top_logits(const float *logits, int V, int k, float *vals, muser_token *ids) {
+    cand c[MUSER_TOP_MAX];
+    top_k_of_logits(c, logits, V, k);
+    for (int i = 0; i < k; i++) vals[i] = c[i].logit, ids[i] = c[i].id;
+}
+
+muser_token muser_sampler_sample_top(muser_sampler *s, const float *top_logits, const muser_token *top_ids, int n) {
+    const int k = top_only(s);
+    if (k < 1 || n < k) {
+        mu_fail(MUSER_EINVAL, "sampler: %d candidates where its draws need %d of the full logits", n, k);
+        return -1;
+    }
+    cand *c = s->c;
+    for (int i = 0; i < n; i++) {
+        c[i].logit = isnan(top_logits[i]) ? -INFINITY : top_logits[i];
+        c[i].id = top_ids[i];
+    }
+    qsort(c, (size_t)n, sizeof(cand), cmp_desc);
+    double *w = NULL;
+    const int m = s->p.temperature <= 0.0f ? greedy_only(&w) : finish(s, k, &w);
+    const muser_token chosen = m == 0 ? c[0].id : m == 1 && s->p.temperature <= 0.0f ? c[0].id : draw(s, w, m, -1);
+    free(w);
+    muser_sampler_accept(s, chosen);
     return chosen;
 }
 

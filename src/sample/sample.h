@@ -16,4 +16,9 @@
  * as with muser_sampler_sample. */
 muser_token mu_sampler_verify(muser_sampler *s, const float *logits, muser_token draft, bool *accepted);
 
+/* The k (1 to MUSER_TOP_MAX, at most V) highest-ranked of V logits (value,
+ * then lower id; NaN as -inf, and handed back as -inf) into vals[k],
+ * ids[k], in no particular order. */
+void mu_top_logits(const float *logits, int V, int k, float *vals, muser_token *ids);
+
 #endif

@@ -476,6 +476,25 @@ extern "C" int mu_cuda_test_swiglu_pack(int64_t n, int T, const float *g, const 
     return 0;
 }
 
+extern "C" int mu_cuda_test_rows_top(float *x, int64_t n, int T, const int *bias_off, const int32_t *bias_ids,
+                                     const float *bias_vals, int k, float *vals, int32_t *ids) {
+    Pool pool;
+    float *dx = pool.up(x, (size_t)(n * T));
+    const int nb = bias_off ? bias_off[T] : 0;
+    const int *doff = bias_off ? pool.up(bias_off, (size_t)T + 1) : nullptr;
+    const int32_t *dids = nb ? pool.up(bias_ids, (size_t)nb) : nullptr;
+    const float *dvals = nb ? pool.up(bias_vals, (size_t)nb) : nullptr;
+    float *dv = pool.get<float>((size_t)T * k, 0xff);
+    int32_t *di = pool.get<int32_t>((size_t)T * k, 0xff);
+    if (!dx || !dv || !di || (bias_off && !doff) || (nb && (!dids || !dvals))) return mu_fail(-8, "cudaMalloc failed");
+    TCK(mu_cu_rows_top(dx, n, T, doff, dids, dvals, k, dv, di, 0));
+    TCK(cudaDeviceSynchronize());
+    RCK(down(vals, dv, (size_t)T * k));
+    RCK(down(ids, di, (size_t)T * k));
+    RCK(down(x, dx, (size_t)(n * T)));
+    return 0;
+}
+
 extern "C" int mu_cuda_test_logits(uint32_t type, const void *raw, int64_t V, int64_t cols, const float *x, int lane,
                                    float scale, float softcap, float temperature, uint32_t seed, int pos,
                                    float *logits, int32_t *chosen) {

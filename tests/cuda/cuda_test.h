@@ -63,6 +63,11 @@ int mu_cuda_test_embed(uint32_t type, const void *raw, int64_t V, int64_t E, con
 /* SwiGLU of T rows of n (g, u) into out, also into the tensor-core batch's
  * packed inputs (checked against its packing pass). */
 int mu_cuda_test_swiglu_pack(int64_t n, int T, const float *g, const float *u, float *out);
+/* The k top values of T rows of n after their bias (mu_cu_rows_top):
+ * x [T][n] (in place: x plus the bias comes back), bias_off [T + 1] or
+ * NULL, vals, ids [T][k]. */
+int mu_cuda_test_rows_top(float *x, int64_t n, int T, const int *bias_off, const int32_t *bias_ids,
+                          const float *bias_vals, int k, float *vals, int32_t *ids);
 /* LM head: logits (scale, soft-cap) and the device-side choice. */
 int mu_cuda_test_logits(uint32_t type, const void *raw, int64_t V, int64_t cols, const float *x, int lane, float scale,
                         float softcap, float temperature, uint32_t seed, int pos, float *logits, int32_t *chosen);
