@@ -87,13 +87,14 @@ int tl_greedy_twins(muser_session **logits, muser_session **greedy, int n, int V
     return differ;
 }
 
-/* rank order of row ids by value (NaN as -inf), then lower id */
-static const float *g_rank_row;
-static int rank_cmp(const void *a, const void *b) {
-    const int x = *(const int *)a, y = *(const int *)b;
-    const float u = isnan(g_rank_row[x]) ? -INFINITY : g_rank_row[x], v = isnan(g_rank_row[y]) ? -INFINITY : g_rank_row[y];
-    if (u != v) return u > v ? -1 : 1;
-    return x - y;
+bool tl_same_top(const float *x, const int *order, const float *vals, const muser_token *ids, int k) {
+    for (int j = 0; j < k; j++) { /* every one of the first k, its value to the bit (NaN as -inf) */
+        const float want = isnan(x[order[j]]) ? -INFINITY : x[order[j]];
+        int q = 0;
+        while (q < k && ids[q] != order[j]) q++;
+        if (q == k || memcmp(&vals[q], &want, sizeof(float)) != 0) return false;
+    }
+    return true;
 }
 
 int tl_top_twins(muser_session **logits, muser_session **top, int n, int V, int k, int steps, uint64_t *rng) {
@@ -124,22 +125,8 @@ int tl_top_twins(muser_session **logits, muser_session **top, int n, int V, int 
         for (int i = 0; i < n && differ >= 0; i++) {
             memcpy(biased, muser_session_logits(logits[i]), sizeof(float) * (size_t)V);
             for (int j = 0; j < bias[i].n; j++) biased[bias[i].ids[j]] += bias[i].values[j];
-            for (int v = 0; v < V; v++) order[v] = v;
-            g_rank_row = biased;
-            qsort(order, (size_t)V, sizeof(int), rank_cmp);
-            /* the handed-back k in rank order */
-            int got[MUSER_TOP_MAX];
-            for (int j = 0; j < k; j++) got[j] = ids[(size_t)i * k + j];
-            qsort(got, (size_t)k, sizeof(int), rank_cmp);
-            bool same = true;
-            for (int j = 0; j < k; j++) {
-                const float want = isnan(biased[order[j]]) ? -INFINITY : biased[order[j]];
-                float have = NAN;
-                for (int q = 0; q < k; q++)
-                    if (ids[(size_t)i * k + q] == got[j]) have = vals[(size_t)i * k + q];
-                same = same && got[j] == order[j] && memcmp(&have, &want, sizeof(float)) == 0;
-            }
-            differ += !same;
+            tl_rank_order(biased, V, order);
+            differ += !tl_same_top(biased, order, vals + (size_t)i * k, ids + (size_t)i * k, k);
             chosen[i] = order[0];
             CHECK(muser_session_pos(top[i]) == muser_session_pos(logits[i]));
         }

@@ -50,5 +50,8 @@ int tl_greedy_twins(muser_session **logits, muser_session **greedy, int n, int V
  * bias (a repeated id among them) and its k top logits must be, value for
  * value, those a full sort of the host's biased logits puts first. */
 int tl_top_twins(muser_session **logits, muser_session **top, int n, int V, int k, int steps, uint64_t *rng);
+/* Whether vals/ids [k] (any order) are the first k of x in rank order
+ * (order: tl_rank_order's), values to the bit with NaN as -inf. */
+bool tl_same_top(const float *x, const int *order, const float *vals, const int32_t *ids, int k);
 
 #endif

@@ -1,6 +1,5 @@
 /* test_sample.c — samplers: greedy, determinism per seed, the sampled
  * distribution, top-k / top-p / min-p cut-offs, penalties, bad logits. */
-#define _GNU_SOURCE /* qsort_r */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,16 +218,6 @@ static void test_bad_params(void) {
     muser_sampler_free(s);
 }
 
-/* The n highest-ranked logits (value, then lower id; NaN as -inf) by a
- * plain full sort: the reference for muser_sampler_sample_top's input. */
-static int cmp_rank(const void *a, const void *b, void *ctx) {
-    const float *l = ctx;
-    const int x = *(const int *)a, y = *(const int *)b;
-    const float u = isnan(l[x]) ? -INFINITY : l[x], v = isnan(l[y]) ? -INFINITY : l[y];
-    if (u != v) return u > v ? -1 : 1;
-    return x - y;
-}
-
 /* muser_sampler_sample_top from the top n (n >= the sampler's
  * candidates, handed over in a scrambled order) chooses what
  * muser_sampler_sample chooses from the full logits, draw after draw, for
@@ -255,8 +244,7 @@ static void test_sample_top(void) {
         for (int step = 0; step < STEPS; step++) {
             for (int i = 0; i < V; i++) l[i] = (float)(int)(4.0f * tl_rand_normal(&rng)) * 0.5f; /* many ties */
             l[tl_rand_u64(&rng) % V] = NAN;
-            for (int i = 0; i < V; i++) order[i] = i;
-            qsort_r(order, V, sizeof(int), cmp_rank, l);
+            tl_rank_order(l, V, order);
             const int n = k + (int)(tl_rand_u64(&rng) % 8);
             for (int i = 0; i < n; i++) { /* handed over back to front */
                 ids[i] = order[n - 1 - i];

@@ -1,5 +1,6 @@
 #include "testlib.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -88,3 +89,17 @@ int *tl_read_tokens(const char *path, int *n) {
     return ids;
 }
 
+
+static const float *g_rank_x;
+static int rank_cmp(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b;
+    const float u = isnan(g_rank_x[i]) ? -INFINITY : g_rank_x[i], v = isnan(g_rank_x[j]) ? -INFINITY : g_rank_x[j];
+    if (u != v) return u > v ? -1 : 1;
+    return i - j;
+}
+
+void tl_rank_order(const float *x, int n, int *order) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    g_rank_x = x;
+    qsort(order, (size_t)n, sizeof(int), rank_cmp);
+}

@@ -50,6 +50,9 @@ void tl_skip(const char *why) __attribute__((noreturn));
 uint64_t tl_rand_u64(uint64_t *state);
 float tl_rand_uniform(uint64_t *state);  /* [0,1) */
 float tl_rand_normal(uint64_t *state);   /* N(0,1) */
+/* order[0..n) = the ids 0..n-1 of x ranked as the samplers rank logits:
+ * by value (NaN as -inf), then lower id. */
+void tl_rank_order(const float *x, int n, int *order);
 
 /* Reads a whole file (malloc'd); NULL on failure. */
 void *tl_read_file(const char *path, size_t *size);
