@@ -66,10 +66,11 @@ static int decode_one_by_one(muser_session *const *sessions, const muser_token *
         const bool select = pk && plain_greedy(pk) && !s->spec;
         int rc = select ? mu_session_decode_select(s, tokens[i], 0.0f, 0, false, &pk->ids[i])
                         : muser_session_feed(s, &tokens[i], 1, false);
-        if (!rc && pk && !select) rc = pick_on_host(pk, i, muser_session_logits(s), s->model->hp.n_vocab);
+        const bool fed = rc == 0;
+        if (fed && pk && !select) rc = pick_on_host(pk, i, muser_session_logits(s), s->model->hp.n_vocab);
         if (rc) {
             for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
-            if (s->pos > 0 && !select) muser_session_truncate(s, s->pos - 1); /* (fed, then the pick failed) */
+            if (fed) muser_session_truncate(s, s->pos - 1); /* (fed, then the pick failed) */
             return rc;
         }
     }
