@@ -7,6 +7,7 @@
 #include "serve/request.h"
 #include "serve/response.h"
 #include "serve/sample_pool.h"
+#include "sample/sample.h"
 #include "testlib.h"
 
 static srv_parse_opts opts(bool chat) {
@@ -353,10 +354,12 @@ static void test_output(void) {
 
 /* The pool draws every job as a twin sampler (same seed) drawing alone
  * would, bias included, with 0, 1 and 3 helpers, over several steps (the
- * samplers' penalty windows advance). */
+ * samplers' penalty windows advance); every fourth job (a top-k sampler
+ * without penalties) from only its top logits after its bias. */
 static void test_sample_pool(void) {
     enum { V = 1000, N = 37, STEPS = 4 };
-    static float logits[N][V], biased[V];
+    static float logits[N][V], biased[V], top_vals[N][MUSER_TOP_MAX];
+    static muser_token top_ids[N][MUSER_TOP_MAX];
     static const muser_token ids[2] = {5, 900};
     static const float bias[2] = {-100.0f, 3.0f};
     const int helper_counts[] = {0, 1, 3};
@@ -368,7 +371,7 @@ static void test_sample_pool(void) {
         for (int i = 0; i < N; i++) {
             muser_sampler_params sp = muser_sampler_default_params(NULL);
             sp.seed = 1000 + (uint64_t)i;
-            sp.repeat_penalty = 1.1f;
+            sp.repeat_penalty = i % 4 == 2 ? 1.0f : 1.1f;
             a[i] = muser_sampler_new(&sp, V);
             b[i] = muser_sampler_new(&sp, V);
         }
@@ -380,8 +383,19 @@ static void test_sample_pool(void) {
                     x = x * 1664525u + 1013904223u;
                     logits[i][v] = (float)(x >> 8) / (float)(1u << 24) * 8.0f - 4.0f;
                 }
-            for (int i = 0; i < N; i++)
-                jobs[i] = (srv_sample_job){a[i], logits[i], ids, bias, i % 3 == 0 ? 2 : 0, -1};
+            for (int i = 0; i < N; i++) {
+                const int n_bias = i % 3 == 0 ? 2 : 0;
+                jobs[i] = (srv_sample_job){.sampler = a[i], .logits = logits[i], .bias_ids = ids, .bias = bias,
+                                           .n_bias = n_bias, .out = -1};
+                if (i % 4 != 2) continue;
+                const int k = muser_sampler_top_candidates(a[i]);
+                CHECK(k >= 1 && k <= MUSER_TOP_MAX);
+                memcpy(biased, logits[i], sizeof biased);
+                for (int j = 0; j < n_bias; j++) biased[ids[j]] += bias[j];
+                mu_top_logits(biased, V, k, top_vals[i], top_ids[i]);
+                jobs[i] = (srv_sample_job){.sampler = a[i], .top_logits = top_vals[i], .top_ids = top_ids[i],
+                                           .n_top = k, .out = -1};
+            }
             srv_sample_pool_run(pool, jobs, N);
             for (int i = 0; i < N; i++) {
                 const float *l = logits[i];

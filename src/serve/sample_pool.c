@@ -23,6 +23,10 @@ struct srv_sample_pool {
 };
 
 static void draw_one(srv_sample_job *j, float *biased, int n_vocab) {
+    if (j->top_logits) {
+        j->out = muser_sampler_sample_top(j->sampler, j->top_logits, j->top_ids, j->n_top);
+        return;
+    }
     const float *logits = j->logits;
     if (j->n_bias) {
         memcpy(biased, logits, sizeof(float) * (size_t)n_vocab);

@@ -2,7 +2,8 @@
  * several threads. Sampling a slot reads its own logits and changes only
  * its own sampler, so the slots are independent; over a 202,048-token
  * vocabulary each takes about 0.1 ms, which a step of 64 slots would
- * otherwise spend one after another on the worker thread. */
+ * otherwise spend one after another on the worker thread. A slot whose
+ * draw needs only its top logits (a GPU found them) takes those instead. */
 #ifndef MUSER_SERVE_SAMPLE_POOL_H
 #define MUSER_SERVE_SAMPLE_POOL_H
 
@@ -11,6 +12,9 @@
 typedef struct srv_sample_job {
     muser_sampler *sampler;
     const float *logits;         /* [n_vocab] the slot's logits            */
+    const float *top_logits;     /* or [n_top] its top logits after its bias */
+    const muser_token *top_ids;  /* [n_top] ... and their ids                */
+    int n_top;
     const muser_token *bias_ids; /* logit_bias: ids and values added first */
     const float *bias;
     int n_bias;

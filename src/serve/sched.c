@@ -65,6 +65,9 @@ struct srv_sched {
     muser_session **batch_sessions;
     muser_token *batch_tokens;
     muser_token *batch_next; /* [n_slots] the greedy batch's choices */
+    muser_logit_bias *batch_bias; /* [n_slots] the top batch's logit_bias per slot */
+    float *top_vals;       /* [n_slots][MUSER_TOP_MAX] the top batch's candidates: logits after the bias */
+    muser_token *top_ids;  /* [n_slots][MUSER_TOP_MAX] ... and their ids */
     srv_slot **batch_slots;
     srv_metrics metrics;
 };
@@ -289,7 +292,8 @@ static void show_token(srv_sched *s, srv_slot *sl, muser_token t);
 /* The slot's sampling job: its logits and its request's logit_bias. */
 static srv_sample_job sample_job(srv_slot *sl) {
     const srv_request *r = &sl->job->req;
-    return (srv_sample_job){sl->sampler, muser_session_logits(sl->session), r->bias_ids, r->bias, r->n_bias, 0};
+    return (srv_sample_job){.sampler = sl->sampler, .logits = muser_session_logits(sl->session),
+                            .bias_ids = r->bias_ids, .bias = r->bias, .n_bias = r->n_bias};
 }
 
 /* The slot's next token: its test script's, else `drawn` (its sampling
@@ -432,7 +436,37 @@ static bool plain_greedy(const srv_slot *sl) {
                           p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f);
 }
 
-/* One decode step for every generating slot, as one batch. */
+/* How many of its top logits the slot's next token depends on (a test
+ * script: the choice is ignored, one will do); 0: its full logits. */
+static int top_needed(const srv_slot *sl) { return sl->script ? 1 : muser_sampler_top_candidates(sl->sampler); }
+
+/* The step's sampling jobs, every slot's token drawn before any slot's
+ * text goes out; with top lists (k of them a slot, the bias already in
+ * them) in place of the sessions' logits when top_k > 0. */
+static void draw_step(srv_sched *s, int n, int top_k) {
+    int drawn = 0;
+    for (int i = 0; i < n; i++) {
+        srv_slot *sl = s->batch_slots[i];
+        if (sl->script) continue;
+        s->sample_jobs[drawn++] = top_k > 0 ? (srv_sample_job){.sampler = sl->sampler,
+                                                                .top_logits = s->top_vals + (size_t)i * top_k,
+                                                                .top_ids = s->top_ids + (size_t)i * top_k,
+                                                                .n_top = top_k}
+                                            : sample_job(sl);
+    }
+    srv_sample_pool_run(s->sampling, s->sample_jobs, drawn);
+    for (int i = 0, k = 0; i < n; i++) {
+        srv_slot *sl = s->batch_slots[i];
+        const muser_token t = sl->script ? 0 : s->sample_jobs[k++].out;
+        if (t < 0) fail_slot(s, sl, 500, "server_error", "sampling failed: %s", "too few top logits for its draw");
+        else next_token(s, sl, t);
+    }
+}
+
+/* One decode step for every generating slot, as one batch: the choices
+ * of an all-greedy batch made where the logits are, a batch whose every
+ * draw depends only on its top logits (top-k sampling without penalties)
+ * handed those back, any other the sessions' full logits. */
 static void decode_step(srv_sched *s) {
     int n = 0;
     for (int i = 0; i < s->cfg.n_slots; i++) {
@@ -451,9 +485,24 @@ static void decode_step(srv_sched *s) {
     if (n == 0) return;
     bool greedy = true;
     for (int i = 0; i < n && greedy; i++) greedy = plain_greedy(s->batch_slots[i]);
+    int top_k = 0; /* the most top logits a slot needs; 0: some slot needs its full logits */
+    for (int i = 0; i < n && !greedy; i++) {
+        const int k = top_needed(s->batch_slots[i]);
+        if (k < 1 || k > MUSER_TOP_MAX) {
+            top_k = 0;
+            break;
+        }
+        if (k > top_k) top_k = k;
+    }
+    for (int i = 0; i < n && top_k > 0; i++) {
+        const srv_request *r = &s->batch_slots[i]->job->req;
+        s->batch_bias[i] = (muser_logit_bias){r->bias_ids, r->bias, r->n_bias};
+    }
     uint64_t t0 = mu_now_ns();
-    int rc = greedy ? muser_batch_decode_greedy(s->batch_sessions, s->batch_tokens, n, s->batch_next)
-                    : muser_batch_decode(s->batch_sessions, s->batch_tokens, n);
+    int rc = greedy    ? muser_batch_decode_greedy(s->batch_sessions, s->batch_tokens, n, s->batch_next)
+             : top_k ? muser_batch_decode_top(s->batch_sessions, s->batch_tokens, n, s->batch_bias, top_k,
+                                                s->top_vals, s->top_ids)
+                       : muser_batch_decode(s->batch_sessions, s->batch_tokens, n);
     atomic_fetch_add(&s->metrics.decode_ns, mu_now_ns() - t0);
     if (rc != MUSER_OK) {
         char msg[512];
@@ -473,14 +522,7 @@ static void decode_step(srv_sched *s) {
         for (int i = 0; i < n; i++) next_token(s, s->batch_slots[i], s->batch_next[i]);
         return;
     }
-    int drawn = 0; /* every slot's token is drawn before any slot's text goes out */
-    for (int i = 0; i < n; i++)
-        if (!s->batch_slots[i]->script) s->sample_jobs[drawn++] = sample_job(s->batch_slots[i]);
-    srv_sample_pool_run(s->sampling, s->sample_jobs, drawn);
-    for (int i = 0, k = 0; i < n; i++) {
-        srv_slot *sl = s->batch_slots[i];
-        next_token(s, sl, sl->script ? 0 : s->sample_jobs[k++].out);
-    }
+    draw_step(s, n, top_k);
 }
 
 static void step(srv_sched *s, bool stopping) {
@@ -557,7 +599,13 @@ int srv_sched_new(const srv_sched_config *cfg, srv_sched **out) {
     s->batch_tokens = calloc((size_t)cfg->n_slots, sizeof *s->batch_tokens);
     s->batch_next = calloc((size_t)cfg->n_slots, sizeof *s->batch_next);
     s->batch_slots = calloc((size_t)cfg->n_slots, sizeof *s->batch_slots);
-    int rc = (s->slots && s->sample_jobs && s->batch_sessions && s->batch_tokens && s->batch_next && s->batch_slots) ? 0 : MUSER_ENOMEM;
+    s->batch_bias = calloc((size_t)cfg->n_slots, sizeof *s->batch_bias);
+    s->top_vals = calloc((size_t)cfg->n_slots * MUSER_TOP_MAX, sizeof *s->top_vals);
+    s->top_ids = calloc((size_t)cfg->n_slots * MUSER_TOP_MAX, sizeof *s->top_ids);
+    int rc = (s->slots && s->sample_jobs && s->batch_sessions && s->batch_tokens && s->batch_next && s->batch_slots &&
+              s->batch_bias && s->top_vals && s->top_ids)
+                 ? 0
+                 : MUSER_ENOMEM;
     if (!rc) { /* a helper per further slot, up to the cores but one (the worker samples too) and 7 */
         int helpers = cfg->n_slots - 1;
         if (helpers > mu_cpu_count() - 1) helpers = mu_cpu_count() - 1;
@@ -603,6 +651,9 @@ void srv_sched_free(srv_sched *s) {
     free(s->batch_tokens);
     free(s->batch_next);
     free(s->batch_slots);
+    free(s->batch_bias);
+    free(s->top_vals);
+    free(s->top_ids);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     free(s);

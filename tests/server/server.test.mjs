@@ -81,6 +81,20 @@ describe('muser serve', () => {
     assert.equal(g1.choices[0].message.content, g2.choices[0].message.content);
   });
 
+  test('a seeded top-k draw is the same alone and in a batch that needs full logits', async () => {
+    // Alone, its steps hand back only the top logits; beside a request with a
+    // penalty the batch takes every row's full logits. The text must agree.
+    const ask = (extra) => client.chat.completions.create({ messages: user('Name some colours.'), ...extra });
+    const drawn = { max_tokens: 24, temperature: 0.9, top_k: 20, seed: 11, logit_bias: { ...noEnd, 5: 3 } };
+    const alone = await ask(drawn);
+    const [beside] = await Promise.all([
+      ask(drawn),
+      ask({ max_tokens: 48, temperature: 0.7, presence_penalty: 0.5, seed: 3, logit_bias: noEnd }),
+    ]);
+    assert.equal(beside.choices[0].message.content, alone.choices[0].message.content);
+    assert.equal(alone.usage.completion_tokens, 24);
+  });
+
   test('streaming chat: role first, deltas, finish_reason, usage chunk', async () => {
     const stream = await client.chat.completions.create({
       messages: user('Tell me a story.'), max_tokens: 10, stream: true, logit_bias: noEnd, stream_options: { include_usage: true },
