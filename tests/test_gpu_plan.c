@@ -217,7 +217,9 @@ static void test_layers_model(void) {
     size_t size = 0;
     uint8_t *img = tm_build(&o, &size);
     muser_model *m = NULL;
-    CHECK(img && muser_model_load(tm_write_temp(img, size, "gpu_plan"), &m) == 0);
+    const char *path = img ? tm_write_temp(img, size, "gpu_plan") : NULL;
+    CHECK(path && muser_model_load(path, &m) == 0);
+    if (path) remove(path); /* (the model maps it: the name can go) */
     free(img);
     if (!m) return;
     const int L = m->hp.n_layer;

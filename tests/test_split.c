@@ -247,7 +247,9 @@ static void test_options(void) {
     size_t size = 0;
     uint8_t *img = tm_build(&o, &size);
     muser_model *m = NULL;
-    CHECK(img && muser_model_load(tm_write_temp(img, size, "split"), &m) == 0);
+    const char *path = img ? tm_write_temp(img, size, "split") : NULL;
+    CHECK(path && muser_model_load(path, &m) == 0);
+    if (path) remove(path); /* (the model maps it: the name can go) */
     free(img);
     if (!m) return;
     muser_session_params sp = muser_session_default_params();
@@ -288,7 +290,9 @@ static void test_options(void) {
     td_opts d = td_defaults();
     uint8_t *dimg = td_build(&d, &size);
     muser_drafter *dr = NULL;
-    CHECK(dimg && muser_drafter_load(tm_write_temp(dimg, size, "split-draft"), m, &dr) == 0);
+    path = dimg ? tm_write_temp(dimg, size, "split-draft") : NULL;
+    CHECK(path && muser_drafter_load(path, m, &dr) == 0);
+    if (path) remove(path); /* (loaded: the name can go) */
     free(dimg);
     sp.backend = MUSER_BACKEND_CPU;
     sp.gpu_layers = MUSER_GPU_LAYERS_ALL;
