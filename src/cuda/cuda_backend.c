@@ -144,6 +144,53 @@ static int cuda_forward_argmax(mu_backend *base, const muser_token *tokens, int 
     return cuda_rows_argmax(b, b->wk->logits_all, T, ids);
 }
 
+_Static_assert(MU_CU_TOP_MAX == MUSER_TOP_MAX, "the device's top and the API's agree");
+
+int cuda_rows_top(cuda_backend *b, float *rows, int T, const muser_logit_bias *bias, int k, float *vals,
+                  muser_token *ids) {
+    if (T < 1 || T > b->T_max || k < 1 || k > MU_CU_TOP_MAX || k > b->V)
+        return mu_fail(MUSER_EINVAL, "top %d logits of %d rows (batch %d, vocabulary %lld)", k, T, b->T_max,
+                       (long long)b->V);
+    const size_t pairs = (size_t)b->T_max * MU_CU_TOP_MAX;
+    if (!b->d_top) RC(cuda_dalloc(&b->d_top, pairs * (sizeof(float) + sizeof(int32_t)), "the rows' top logits"));
+    float *d_vals = (float *)b->d_top;
+    int32_t *d_ids = (int32_t *)(d_vals + pairs);
+    /* the rows' bias: offsets [T + 1], then ids, then values */
+    int n_bias = 0;
+    for (int t = 0; bias && t < T; t++) n_bias += bias[t].n > 0 ? bias[t].n : 0;
+    const int *d_off = NULL;
+    if (n_bias > 0) {
+        const size_t bytes = sizeof(int) * (size_t)(T + 1) + (sizeof(int32_t) + sizeof(float)) * (size_t)n_bias;
+        if (bytes > b->d_bias_bytes) {
+            if (b->d_bias) cudaFree(b->d_bias);
+            b->d_bias = NULL;
+            b->d_bias_bytes = 0;
+            RC(cuda_dalloc(&b->d_bias, bytes, "the rows' logit bias"));
+            b->d_bias_bytes = bytes;
+        }
+        int *h = malloc(bytes);
+        if (!h) return mu_fail(MUSER_ENOMEM, "out of memory for the rows' logit bias");
+        int32_t *h_ids = (int32_t *)(h + T + 1);
+        float *h_vals = (float *)(h_ids + n_bias);
+        int at = 0;
+        for (int t = 0; t < T; t++) {
+            h[t] = at;
+            for (int j = 0; j < bias[t].n; j++, at++) h_ids[at] = bias[t].ids[j], h_vals[at] = bias[t].values[j];
+        }
+        h[T] = at;
+        const cudaError_t e = cudaMemcpyAsync(b->d_bias, h, bytes, cudaMemcpyHostToDevice, b->exec.stream);
+        free(h); /* (a copy from pageable memory has staged it on return) */
+        CU_CHECK(e);
+        d_off = (const int *)b->d_bias;
+    }
+    const int32_t *d_bias_ids = d_off ? (const int32_t *)(d_off + T + 1) : NULL;
+    const float *d_bias_vals = d_off ? (const float *)(d_bias_ids + n_bias) : NULL;
+    CU_CHECK(mu_cu_rows_top(rows, b->V, T, d_off, d_bias_ids, d_bias_vals, k, d_vals, d_ids, b->exec.stream));
+    CU_CHECK(cudaMemcpyAsync(vals, d_vals, sizeof(float) * (size_t)T * k, cudaMemcpyDeviceToHost, b->exec.stream));
+    CU_CHECK(cudaMemcpyAsync(ids, d_ids, sizeof(int32_t) * (size_t)T * k, cudaMemcpyDeviceToHost, b->exec.stream));
+    return cuda_sync_checked(b);
+}
+
 /* Row t of the last forward_argmax's logits. */
 static int cuda_logits_row(mu_backend *base, int t, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
@@ -204,7 +251,7 @@ void cuda_rank_free(cuda_backend *b) {
             cudaFree(b->vc[l]);
         }
     void *dev[] = {b->d_rec,  b->h2,      b->ax2,    b->aq2,     b->ads2,     b->oq,      b->ods,  b->logits,
-                   b->d_best, b->counters, b->d_planes, b->d_feat, b->d_argmax, b->d_tent};
+                   b->d_best, b->counters, b->d_planes, b->d_feat, b->d_argmax, b->d_tent, b->d_top, b->d_bias};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     if (b->h_rec) cudaFreeHost(b->h_rec);
@@ -377,6 +424,7 @@ static const mu_backend_ops cuda_ops = {
     .describe = cuda_describe_op,
     .forward_batch = cuda_forward_batch,
     .forward_batch_greedy = cuda_forward_batch_greedy,
+    .forward_batch_top = cuda_forward_batch_top,
     .set_capture = cuda_set_capture,
     .tentative_begin = cuda_tentative_begin,
     .tentative_keep = cuda_tentative_keep,

@@ -343,3 +343,14 @@ int cuda_forward_batch_greedy(mu_backend *const *rows_in, const muser_token *tok
     RC(batch_step(rows, tokens, pos, n));
     return cuda_rows_argmax(rows[0], rows[0]->wk->logits_all, n, next);
 }
+
+/* mu_backend_ops.forward_batch_top: the rows' k top logits after their
+ * bias found on the device (cuda_rows_top), n x k pairs back. */
+int cuda_forward_batch_top(mu_backend *const *rows_in, const muser_token *tokens, const int *pos, int n,
+                           const muser_logit_bias *bias, int k, float *vals, muser_token *ids) {
+    cuda_backend *const *rows = (cuda_backend *const *)rows_in;
+    if (!mu_model_heads(rows[0]->m))
+        return mu_fail(MUSER_EUNSUPPORTED, "cuda: a split's first side has no logits to choose from");
+    RC(batch_step(rows, tokens, pos, n));
+    return cuda_rows_top(rows[0], rows[0]->wk->logits_all, n, bias, k, vals, ids);
+}

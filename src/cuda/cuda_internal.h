@@ -221,6 +221,10 @@ typedef struct cuda_backend {
     unsigned long long *d_best, *h_best; /* the device's token choice: packed (key, ~index) */
     void *d_argmax;       /* forward_argmax: [T_max][MU_CU_ARGMAX_SPLITS] u64 slice keys, then [T_max] int32
                              choices (allocated on first use)                        */
+    void *d_top;          /* forward_batch_top: [T_max][MU_CU_TOP_MAX] f32 values, then as many int32 ids
+                             (allocated on first use)                                */
+    void *d_bias;         /* ... the rows' logit bias: [T + 1] offsets, ids, values  */
+    size_t d_bias_bytes;  /* its room                                                */
     unsigned int *counters; /* [2 L] RESNORM launches' last-block counters (zero between launches) */
     /* decode attention: spans up to attn_short rows in one launch of a block
      * per head, up to attn_cluster_rows in clusters of attn_cluster blocks;
@@ -292,6 +296,10 @@ int cuda_copy_logits(cuda_backend *b, const float *src, int rows, float *dst, si
 /* ids[t] = the greedy choice of logit row t of rows [T][V] (mu_argmax's),
  * chosen on the device: only the T ids cross to the host. Synchronizes. */
 int cuda_rows_argmax(cuda_backend *b, const float *rows, int T, muser_token *ids);
+/* The k top logits of each of T rows (in place: plus its bias) on the
+ * device, into host vals, ids [T][k] (muser_batch_decode_top's). */
+int cuda_rows_top(cuda_backend *b, float *rows, int T, const muser_logit_bias *bias, int k, float *vals,
+                  muser_token *ids);
 /* A split's first side: the residual stream of the chunk's T rows (h) into
  * the host rows set_hidden gave. */
 int cuda_copy_hidden(cuda_backend *b, int T);
@@ -411,6 +419,8 @@ int cuda_forward_batch(mu_backend *const *rows, const muser_token *tokens, const
                        float *const *logits);
 int cuda_forward_batch_greedy(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
                               muser_token *next);
+int cuda_forward_batch_top(mu_backend *const *rows, const muser_token *tokens, const int *pos, int n,
+                           const muser_logit_bias *bias, int k, float *vals, muser_token *ids);
 void cuda_batch_graphs_free(cuda_backend *b);
 
 /* cuda_tp.c */
