@@ -7,7 +7,6 @@
  */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "engine/engine.h"
 #include "engine/parity.h"
@@ -27,24 +26,19 @@ typedef struct pick {
 
 static bool plain_greedy(const pick *pk) { return pk->k == 1 && !pk->bias && !pk->vals; }
 
-/* Row i's pick from its logits, on the host. */
-static int pick_on_host(const pick *pk, int i, const float *logits, int n_vocab) {
+/* Row i's pick from its logits, on the host; a bias is added to them in
+ * place (after a pick they are not the caller's to read, as on a GPU).
+ * Returns whether it changed them. */
+static bool pick_on_host(const pick *pk, int i, float *logits, int n_vocab) {
     if (plain_greedy(pk)) {
         pk->ids[i] = mu_argmax(logits, n_vocab);
-        return 0;
+        return false;
     }
     const muser_logit_bias *b = pk->bias ? &pk->bias[i] : NULL;
-    float *biased = NULL;
-    if (b && b->n > 0) {
-        biased = malloc(sizeof(float) * (size_t)n_vocab);
-        if (!biased) return mu_fail(MUSER_ENOMEM, "out of memory for biased logits");
-        memcpy(biased, logits, sizeof(float) * (size_t)n_vocab);
-        for (int j = 0; j < b->n; j++) biased[b->ids[j]] += b->values[j];
-        logits = biased;
-    }
+    const bool biased = b && b->n > 0;
+    for (int j = 0; biased && j < b->n; j++) logits[b->ids[j]] += b->values[j];
     mu_top_logits(logits, n_vocab, pk->k, pk->vals + (size_t)i * pk->k, pk->ids + (size_t)i * pk->k);
-    free(biased);
-    return 0;
+    return biased;
 }
 
 /* pk's view of rows [done, done + n) */
@@ -66,13 +60,12 @@ static int decode_one_by_one(muser_session *const *sessions, const muser_token *
         const bool select = pk && plain_greedy(pk) && !s->spec;
         int rc = select ? mu_session_decode_select(s, tokens[i], 0.0f, 0, false, &pk->ids[i])
                         : muser_session_feed(s, &tokens[i], 1, false);
-        const bool fed = rc == 0;
-        if (fed && pk && !select) rc = pick_on_host(pk, i, muser_session_logits(s), s->model->hp.n_vocab);
         if (rc) {
             for (int j = 0; j < i; j++) muser_session_truncate(sessions[j], sessions[j]->pos - 1);
-            if (fed) muser_session_truncate(s, s->pos - 1); /* (fed, then the pick failed) */
             return rc;
         }
+        const int V = s->model->hp.n_vocab;
+        if (pk && !select && pick_on_host(pk, i, s->logits + (size_t)(s->logit_rows - 1) * V, V)) s->logit_rows = 0;
     }
     return 0;
 }
@@ -99,11 +92,11 @@ static int batch_chunk(const mu_backend_ops *ops, mu_backend *const *rows, const
                 continue;
             }
             rc = r->ops->forward(r, &tokens[i], 1, pos[i], false, dst[i]);
-            if (!rc && pk) rc = pick_on_host(pk, i, dst[i], n_vocab);
+            if (!rc && pk) pick_on_host(pk, i, dst[i], n_vocab);
         }
         return rc;
     }
-    for (int i = 0; i < n && pk && !greedy_op && !top_op && !rc; i++) rc = pick_on_host(pk, i, dst[i], n_vocab);
+    for (int i = 0; i < n && pk && !greedy_op && !top_op && !rc; i++) pick_on_host(pk, i, dst[i], n_vocab);
     return rc;
 }
 

@@ -328,6 +328,16 @@ static muser_token draw(muser_sampler *s, const double *w, int n, int skip) {
     return chosen;
 }
 
+/* The token of a distribution over s->c[0..n) with weights w (freed
+ * here): the best candidate when greedy or out of memory (n 0), else a
+ * draw; the sampler remembers it. */
+static muser_token choose(muser_sampler *s, int n, double *w) {
+    const muser_token chosen = n == 0 ? s->c[0].id : n == 1 && s->p.temperature <= 0.0f ? s->c[0].id : draw(s, w, n, -1);
+    free(w);
+    muser_sampler_accept(s, chosen);
+    return chosen;
+}
+
 int muser_sampler_top_candidates(const muser_sampler *s) { return top_only(s); }
 
 void mu_top_logits(const float *logits, int V, int k, float *vals, muser_token *ids) {
@@ -350,19 +360,13 @@ muser_token muser_sampler_sample_top(muser_sampler *s, const float *top_logits, 
     qsort(c, (size_t)n, sizeof(cand), cmp_desc);
     double *w = NULL;
     const int m = s->p.temperature <= 0.0f ? greedy_only(&w) : finish(s, k, &w);
-    const muser_token chosen = m == 0 ? c[0].id : m == 1 && s->p.temperature <= 0.0f ? c[0].id : draw(s, w, m, -1);
-    free(w);
-    muser_sampler_accept(s, chosen);
-    return chosen;
+    return choose(s, m, w);
 }
 
 muser_token muser_sampler_sample(muser_sampler *s, const float *logits) {
     double *w = NULL;
     const int n = distribution(s, logits, &w);
-    const muser_token chosen = n == 0 ? s->c[0].id : n == 1 && s->p.temperature <= 0.0f ? s->c[0].id : draw(s, w, n, -1);
-    free(w);
-    muser_sampler_accept(s, chosen);
-    return chosen;
+    return choose(s, n, w);
 }
 
 muser_token mu_sampler_verify(muser_sampler *s, const float *logits, muser_token draft, bool *accepted) {
